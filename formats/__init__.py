@@ -1,0 +1,13 @@
+"""On-disk formats of graphprep: the chunked graph (DESIGN §1), later the partition assignment
+(§2) and the partitioned graph (§3). Readers, writers and validation; imports only numpy,
+pyarrow and fsspec. The reference is ``formats/FORMATS.md``."""
+
+from .errors import FormatError
+from .schema import (ChunkedGraph, ChunkFiles, EdgeType, even_chunks, load_chunked_graph,
+                     FORMAT_VERSION, METADATA)
+from .arrays import read_array_chunk, read_edge_chunk
+from .validate import validate_chunked_graph
+
+__all__ = ["FormatError", "ChunkedGraph", "ChunkFiles", "EdgeType", "even_chunks",
+           "load_chunked_graph", "FORMAT_VERSION", "METADATA", "read_array_chunk",
+           "read_edge_chunk", "validate_chunked_graph"]

@@ -1,0 +1,304 @@
+"""Chunked graph format (DESIGN §1): dataclasses and the one validating loader.
+
+``load_chunked_graph`` checks everything that can be checked from ``metadata.json`` and the
+file listing (types, counts, chunk lists, file presence); ``formats.validate`` then checks the
+chunk contents. Both raise :class:`FormatError` naming file, field and row.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from .errors import FormatError
+from .storage import exists, join, read_text
+
+FORMAT_VERSION = 1
+METADATA = "metadata.json"
+DATA_FORMATS = ("parquet", "numpy", "csv")
+
+
+@dataclass(frozen=True, order=True)
+class EdgeType:
+    """A canonical edge type ``src:rel:dst``."""
+
+    src: str
+    rel: str
+    dst: str
+
+    @classmethod
+    def parse(cls, text: str, *, file: str = METADATA, field: str = "edge_type") -> "EdgeType":
+        parts = text.split(":") if isinstance(text, str) else []
+        if len(parts) != 3 or not all(parts):
+            raise FormatError(f"edge type {text!r} is not canonical 'src:rel:dst'",
+                              file=file, field=field)
+        return cls(*parts)
+
+    def __str__(self) -> str:
+        return f"{self.src}:{self.rel}:{self.dst}"
+
+    @property
+    def dirname(self) -> str:
+        """Folder name on disk: ``src__rel__dst``."""
+        return f"{self.src}__{self.rel}__{self.dst}"
+
+    def reverse(self) -> "EdgeType":
+        """The ``dst:rev-rel:src`` type that holds this type's reversed edges."""
+        return EdgeType(self.dst, f"rev-{self.rel}", self.src)
+
+
+@dataclass(frozen=True)
+class ChunkFiles:
+    """One array split into chunk files: a ``{"format": ..., "data": [...]}`` entry."""
+
+    format: str
+    files: tuple[str, ...]
+    delimiter: str = ","
+
+    def to_json(self) -> dict:
+        fmt = {"name": self.format}
+        if self.format == "csv":
+            fmt["delimiter"] = self.delimiter
+        return {"format": fmt, "data": list(self.files)}
+
+
+@dataclass(frozen=True)
+class ChunkedGraph:
+    """A chunked graph on disk. Paths in ``ChunkFiles`` are relative to ``root`` (or URLs).
+
+    Holds only metadata: a few integers per chunk.
+    """
+
+    root: str
+    graph_name: str
+    node_types: tuple[str, ...]
+    num_nodes: dict[str, int]
+    node_chunks: dict[str, tuple[int, ...]]
+    edge_types: tuple[EdgeType, ...]
+    edge_chunks: dict[EdgeType, tuple[int, ...]]
+    edges: dict[EdgeType, ChunkFiles]
+    node_data: dict[str, dict[str, ChunkFiles]] = field(default_factory=dict)
+    edge_data: dict[EdgeType, dict[str, ChunkFiles]] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def num_edges(self) -> dict[EdgeType, int]:
+        return {et: sum(c) for et, c in self.edge_chunks.items()}
+
+    @property
+    def is_homogeneous(self) -> bool:
+        return len(self.node_types) == 1 and len(self.edge_types) == 1
+
+    def path(self, relpath: str) -> str:
+        """Absolute path (or URL) of a file named in the metadata."""
+        return join(self.root, relpath)
+
+    def to_json(self) -> dict:
+        """``metadata.json`` content, with both DGL node-count keys."""
+        return {
+            "format_version": self.format_version,
+            "graph_name": self.graph_name,
+            "node_type": list(self.node_types),
+            "num_nodes_per_type": [self.num_nodes[t] for t in self.node_types],
+            "num_nodes_per_chunk": [list(self.node_chunks[t]) for t in self.node_types],
+            "edge_type": [str(et) for et in self.edge_types],
+            "num_edges_per_type": [sum(self.edge_chunks[et]) for et in self.edge_types],
+            "num_edges_per_chunk": [list(self.edge_chunks[et]) for et in self.edge_types],
+            "edges": {str(et): self.edges[et].to_json() for et in self.edge_types},
+            "node_data": {t: {k: v.to_json() for k, v in d.items()}
+                          for t, d in self.node_data.items()},
+            "edge_data": {str(et): {k: v.to_json() for k, v in d.items()}
+                          for et, d in self.edge_data.items()},
+        }
+
+
+def even_chunks(total: int, chunk_size: int) -> tuple[int, ...]:
+    """Rows per chunk when ``total`` rows are cut into chunks of ``chunk_size`` (last smaller)."""
+    full, rest = divmod(total, chunk_size)
+    return (chunk_size,) * full + ((rest,) if rest else ())
+
+
+# ---------------------------------------------------------------- the validating loader
+
+def load_chunked_graph(root: str, *, check_files: bool = True) -> ChunkedGraph:
+    """Read and check ``root/metadata.json`` (graphprep's or DGL's chunked format).
+
+    Takes the folder (local path or fsspec URL). Returns a :class:`ChunkedGraph`. Raises
+    :class:`FormatError` naming file and field for any inconsistency that does not need the
+    chunk contents; with ``check_files`` every named chunk file must exist. Holds the metadata only.
+    """
+    meta_path = join(root, METADATA)
+    if not exists(meta_path):
+        raise FormatError("metadata.json not found: not a chunked graph folder", file=meta_path)
+    try:
+        meta = json.loads(read_text(meta_path))
+    except json.JSONDecodeError as err:
+        raise FormatError(f"invalid JSON: {err.msg} (line {err.lineno}, column {err.colno})",
+                          file=meta_path) from None
+    if not isinstance(meta, dict):
+        raise FormatError("top level must be a JSON object", file=meta_path)
+    graph = _Loader(meta_path, meta).build(root)
+    if check_files:
+        _check_files_exist(graph, meta_path)
+    return graph
+
+
+class _Loader:
+    """Field-by-field checks of one parsed metadata.json."""
+
+    def __init__(self, meta_path: str, meta: dict):
+        self.file, self.meta = meta_path, meta
+
+    def fail(self, message: str, field: str):
+        raise FormatError(message, file=self.file, field=field)
+
+    def require(self, key: str, kind: type):
+        if key not in self.meta:
+            self.fail("required field is missing", key)
+        value = self.meta[key]
+        if not isinstance(value, kind):
+            self.fail(f"must be a JSON {'list' if kind is list else 'object'}", key)
+        return value
+
+    def count_list(self, value, field: str) -> tuple[int, ...]:
+        if not isinstance(value, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+            self.fail("must be a list of non-negative integers", field)
+        return tuple(value)
+
+    def unique_names(self, names: list, field: str) -> None:
+        seen = set()
+        for i, name in enumerate(names):
+            if not isinstance(name, str) or not name:
+                self.fail(f"entry {i} is not a non-empty string", field)
+            if name in seen:
+                self.fail(f"duplicate type name {name!r}", field)
+            seen.add(name)
+
+    def build(self, root: str) -> ChunkedGraph:
+        version = self.meta.get("format_version", FORMAT_VERSION)
+        if version != FORMAT_VERSION:
+            self.fail(f"unsupported format_version {version!r} (this graphprep reads "
+                      f"{FORMAT_VERSION})", "format_version")
+        node_types = self.require("node_type", list)
+        self.unique_names(node_types, "node_type")
+        num_nodes, node_chunks = self.node_counts(node_types)
+        etype_names = self.require("edge_type", list)
+        self.unique_names(etype_names, "edge_type")
+        edge_types = tuple(EdgeType.parse(n, file=self.file) for n in etype_names)
+        for i, et in enumerate(edge_types):
+            for end in (et.src, et.dst):
+                if end not in num_nodes:
+                    self.fail(f"edge type '{et}' names undeclared node type {end!r}",
+                              f"edge_type[{i}]")
+        edge_chunks = self.edge_counts(edge_types)
+        edges = self.edge_files(edge_types, edge_chunks)
+        node_data = self.data_section("node_data", {t: t for t in node_types})
+        edge_data = self.data_section("edge_data", {str(et): et for et in edge_types})
+        name = self.meta.get("graph_name", "graph")
+        return ChunkedGraph(root=root, graph_name=str(name), node_types=tuple(node_types),
+                            num_nodes=num_nodes, node_chunks=node_chunks, edge_types=edge_types,
+                            edge_chunks=edge_chunks, edges=edges, node_data=node_data,
+                            edge_data=edge_data, format_version=version)
+
+    def node_counts(self, node_types: list[str]):
+        per_type = self.meta.get("num_nodes_per_type")
+        per_chunk = self.meta.get("num_nodes_per_chunk")
+        if per_type is None and per_chunk is None:
+            self.fail("one of num_nodes_per_type / num_nodes_per_chunk is required",
+                      "num_nodes_per_type")
+        if per_type is not None:
+            per_type = self.count_list(per_type, "num_nodes_per_type")
+            if len(per_type) != len(node_types):
+                self.fail(f"has {len(per_type)} entries for {len(node_types)} node types",
+                          "num_nodes_per_type")
+        if per_chunk is not None:
+            if not isinstance(per_chunk, list) or len(per_chunk) != len(node_types):
+                self.fail(f"must be a list with one list per node type ({len(node_types)})",
+                          "num_nodes_per_chunk")
+            per_chunk = [self.count_list(c, f"num_nodes_per_chunk[{i}]")
+                         for i, c in enumerate(per_chunk)]
+        num_nodes, chunks = {}, {}
+        for i, t in enumerate(node_types):
+            total = per_type[i] if per_type is not None else sum(per_chunk[i])
+            if per_chunk is not None and sum(per_chunk[i]) != total:
+                self.fail(f"chunks of node type {t!r} sum to {sum(per_chunk[i])}, "
+                          f"num_nodes_per_type says {total}", f"num_nodes_per_chunk[{i}]")
+            if total == 0:
+                self.fail(f"node type {t!r} is empty (0 nodes)", f"num_nodes_per_type[{i}]")
+            num_nodes[t] = total
+            chunks[t] = per_chunk[i] if per_chunk is not None else (total,)
+        return num_nodes, chunks
+
+    def edge_counts(self, edge_types):
+        per_chunk = self.require("num_edges_per_chunk", list)
+        if len(per_chunk) != len(edge_types):
+            self.fail(f"has {len(per_chunk)} entries for {len(edge_types)} edge types",
+                      "num_edges_per_chunk")
+        chunks = {et: self.count_list(c, f"num_edges_per_chunk[{i}]")
+                  for i, (et, c) in enumerate(zip(edge_types, per_chunk))}
+        per_type = self.meta.get("num_edges_per_type")
+        if per_type is not None:
+            per_type = self.count_list(per_type, "num_edges_per_type")
+            for i, et in enumerate(edge_types):
+                if i < len(per_type) and per_type[i] != sum(chunks[et]):
+                    self.fail(f"says {per_type[i]} edges for '{et}', its chunks sum to "
+                              f"{sum(chunks[et])}", f"num_edges_per_type[{i}]")
+        return chunks
+
+    def chunk_files(self, entry, field: str) -> ChunkFiles:
+        if not isinstance(entry, dict) or not isinstance(entry.get("format"), dict):
+            self.fail("must be an object with 'format' and 'data'", field)
+        name = entry["format"].get("name")
+        if name not in DATA_FORMATS:
+            self.fail(f"unknown format name {name!r} (known: {', '.join(DATA_FORMATS)})",
+                      f"{field}.format.name")
+        files = entry.get("data")
+        if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
+            self.fail("must be a non-empty list of file paths", f"{field}.data")
+        delimiter = entry["format"].get("delimiter", ",")
+        if name == "csv" and (not isinstance(delimiter, str) or len(delimiter) != 1):
+            self.fail("csv delimiter must be one character", f"{field}.format.delimiter")
+        return ChunkFiles(name, tuple(files), delimiter)
+
+    def edge_files(self, edge_types, edge_chunks):
+        section = self.require("edges", dict)
+        edges = {}
+        for et in edge_types:
+            key = str(et)
+            if key not in section:
+                self.fail(f"no entry for edge type '{key}'", "edges")
+            files = self.chunk_files(section[key], f"edges.{key}")
+            if len(files.files) != len(edge_chunks[et]):
+                self.fail(f"lists {len(files.files)} chunk files, num_edges_per_chunk lists "
+                          f"{len(edge_chunks[et])} chunks", f"edges.{key}.data")
+            edges[et] = files
+        for key in section:
+            if key not in {str(et) for et in edge_types}:
+                self.fail(f"edge type '{key}' is not in edge_type", "edges")
+        return edges
+
+    def data_section(self, name: str, owners: dict):
+        section = self.meta.get(name, {}) or {}
+        if not isinstance(section, dict):
+            self.fail("must be a JSON object", name)
+        out = {}
+        for owner, fields in section.items():
+            if owner not in owners:
+                self.fail(f"type {owner!r} is not declared", name)
+            if not isinstance(fields, dict):
+                self.fail("must map field names to file lists", f"{name}.{owner}")
+            out[owners[owner]] = {f: self.chunk_files(entry, f"{name}.{owner}.{f}")
+                                  for f, entry in fields.items()}
+        return out
+
+
+def _check_files_exist(graph: ChunkedGraph, meta_path: str) -> None:
+    entries = [(f"edges.{et}", cf) for et, cf in graph.edges.items()]
+    entries += [(f"node_data.{t}.{k}", cf) for t, d in graph.node_data.items() for k, cf in d.items()]
+    entries += [(f"edge_data.{et}.{k}", cf) for et, d in graph.edge_data.items() for k, cf in d.items()]
+    for field, cf in entries:
+        for i, rel in enumerate(cf.files):
+            if not exists(graph.path(rel)):
+                raise FormatError(f"chunk file {rel!r} is missing", file=meta_path,
+                                  field=f"{field}.data[{i}]")

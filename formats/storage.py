@@ -1,0 +1,46 @@
+"""Paths that are local folders or fsspec URLs (``memory://``, ``s3://``...).
+
+Local paths use plain ``os`` calls (so ``.npy`` files can be memory-mapped); anything with a
+protocol goes through fsspec.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+import fsspec
+
+
+def is_url(path: str) -> bool:
+    return "://" in str(path)
+
+
+def join(root: str, relpath: str) -> str:
+    if is_url(relpath) or os.path.isabs(relpath):
+        return relpath
+    return posixpath.join(str(root), relpath) if is_url(root) else os.path.join(root, relpath)
+
+
+def exists(path: str) -> bool:
+    if is_url(path):
+        fs, p = fsspec.core.url_to_fs(path)
+        return fs.exists(p)
+    return os.path.exists(path)
+
+
+def size(path: str) -> int:
+    if is_url(path):
+        fs, p = fsspec.core.url_to_fs(path)
+        return fs.size(p)
+    return os.path.getsize(path)
+
+
+def open_file(path: str, mode: str = "rb", compression: str | None = None):
+    """A file object for a local path or URL; ``compression='infer'`` unpacks .gz/.bz2/..."""
+    return fsspec.open(str(path), mode, compression=compression).open()
+
+
+def read_text(path: str) -> str:
+    with open_file(path, "rb") as f:
+        return f.read().decode("utf-8")

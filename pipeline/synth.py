@@ -1,0 +1,281 @@
+"""``prep synth``: a synthetic graph written straight into the chunked format by Dask tasks.
+
+Model: a degree-corrected stochastic block model in *rank space*. Node of rank ``r`` has weight
+``(r+1)^-beta`` (power-law degrees, tail exponent ``gamma = 1 + 1/beta``) and community
+``r mod K``. An edge draws its source rank from the power law, and with probability
+``homophily`` a destination rank of the same community, else any rank. A seeded affine bijection
+maps ranks to node IDs, so hubs and communities are spread over the ID space. Labels are the
+communities, features are ``signal * class_mean[label] + N(0, 1)`` (weak per node, strong once
+neighbours are averaged: a GNN beats an MLP), masks are random per node.
+
+Everything is generated per fixed-size *block* of rows from ``default_rng([seed, ...,
+block])``, and a chunk is the slice of the blocks it overlaps: the output is the same for any
+number of workers and any chunk size, and a task holds one chunk. Nothing is O(N) in memory.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from formats import ChunkedGraph, ChunkFiles, EdgeType, even_chunks
+from formats.output import write_array_chunk, write_edge_chunk
+
+EDGE_BLOCK = 1 << 16
+NODE_BLOCK = 1 << 14
+SPLITS = ("train_mask", "val_mask", "test_mask")
+
+HOMO_NODE = "_N"
+HOMO_EDGE = EdgeType("_N", "_E", "_N")
+# ogbn-mag's node and edge counts: the shape of the heterogeneous mode.
+MAG_NODES = {"paper": 736_389, "author": 1_134_649, "institution": 8_740,
+             "field_of_study": 59_965}
+MAG_EDGES = {EdgeType("paper", "cites", "paper"): 5_416_271,
+             EdgeType("author", "writes", "paper"): 7_145_660,
+             EdgeType("author", "affiliated_with", "institution"): 1_043_998,
+             EdgeType("paper", "has_topic", "field_of_study"): 7_505_078}
+
+
+@dataclass(frozen=True)
+class SynthSpec:
+    """What to generate. Total ``num_nodes``/``num_edges`` are split over types in ogbn-mag's
+    proportions when ``hetero``."""
+
+    num_nodes: int
+    num_edges: int
+    hetero: bool = False
+    num_classes: int = 8
+    feat_dim: int = 32
+    seed: int = 0
+    homophily: float = 0.8
+    exponent: float = 2.5
+    feat_signal: float = 0.35
+    split: tuple[float, float, float] = (0.6, 0.2, 0.2)
+
+    def __post_init__(self):
+        if not 1 < self.exponent:
+            raise ValueError("exponent must be > 1")
+        if not 0 <= self.homophily <= 1:
+            raise ValueError("homophily must be in [0, 1]")
+        if self.num_classes < 1 or self.feat_dim < 1:
+            raise ValueError("num_classes and feat_dim must be >= 1")
+        if sum(self.split) > 1 + 1e-9 or min(self.split) < 0:
+            raise ValueError("split fractions must be >= 0 and sum to at most 1")
+        if min(self.node_counts().values()) < 2 * self.num_classes:
+            raise ValueError(f"every node type needs >= 2 * num_classes nodes; raise --nodes")
+
+    @property
+    def node_types(self) -> tuple[str, ...]:
+        return tuple(MAG_NODES) if self.hetero else (HOMO_NODE,)
+
+    @property
+    def edge_types(self) -> tuple[EdgeType, ...]:
+        return tuple(MAG_EDGES) if self.hetero else (HOMO_EDGE,)
+
+    @property
+    def labeled_type(self) -> str:
+        return "paper" if self.hetero else HOMO_NODE
+
+    def node_counts(self) -> dict[str, int]:
+        if not self.hetero:
+            return {HOMO_NODE: self.num_nodes}
+        return _shares(MAG_NODES, self.num_nodes)
+
+    def edge_counts(self) -> dict[EdgeType, int]:
+        if not self.hetero:
+            return {HOMO_EDGE: self.num_edges}
+        return _shares(MAG_EDGES, self.num_edges)
+
+
+def _shares(weights: dict, total: int) -> dict:
+    """Split ``total`` in proportion to ``weights`` (largest-remainder, sums exactly)."""
+    s = sum(weights.values())
+    raw = {k: total * w / s for k, w in weights.items()}
+    out = {k: int(v) for k, v in raw.items()}
+    for k in sorted(raw, key=lambda k: out[k] - raw[k])[: total - sum(out.values())]:
+        out[k] += 1
+    return out
+
+
+# ------------------------------------------------------------------ rank space
+
+def _mulmod(x: np.ndarray, c: int, n: int) -> np.ndarray:
+    """``x * c mod n`` without int64 overflow for ``x, c < n <= 2**34``."""
+    hi, lo = c >> 17, c & 0x1FFFF
+    return ((x * hi) % n * (1 << 17) + x * lo) % n
+
+
+@dataclass(frozen=True)
+class RankPermutation:
+    """Seeded affine bijection ``id = (a*rank + b) mod n`` and its inverse."""
+
+    n: int
+    a: int
+    b: int
+
+    @classmethod
+    def for_type(cls, n: int, seed: int, type_index: int) -> "RankPermutation":
+        if n > 1 << 34:
+            raise ValueError("synth supports up to 2**34 nodes per type")
+        rng = np.random.default_rng([seed, 0, type_index])
+        a = int(n * 0.6180339887) + int(rng.integers(0, max(n // 16, 1))) | 1
+        while math.gcd(a, n) != 1:
+            a += 2 if n % 2 == 0 else 1
+        return cls(n, a % n if n > 1 else 0, int(rng.integers(0, n)))
+
+    def to_id(self, rank: np.ndarray) -> np.ndarray:
+        return (_mulmod(rank, self.a, self.n) + self.b) % self.n
+
+    def to_rank(self, ids: np.ndarray) -> np.ndarray:
+        a_inv = pow(self.a, -1, self.n) if self.n > 1 else 0
+        return _mulmod((ids - self.b) % self.n, a_inv, self.n)
+
+
+def powerlaw_ranks(u: np.ndarray, n: int, beta: float) -> np.ndarray:
+    """Ranks in ``[0, n)`` drawn with probability ~ ``(r+1)^-beta`` by inverting the continuous
+    CDF at uniforms ``u``."""
+    e = 1.0 - beta
+    top = (n + 1.0) ** e - 1.0
+    r = np.floor((1.0 + u * top) ** (1.0 / e) - 1.0).astype(np.int64)
+    return np.clip(r, 0, n - 1)
+
+
+def _same_community(rank: np.ndarray, community: np.ndarray, n: int, k: int) -> np.ndarray:
+    """The rank nearest below-or-at ``rank`` whose community (``rank mod k``) is ``community``."""
+    r = rank - rank % k + community
+    return np.where(r >= n, r - k, r)
+
+
+# ------------------------------------------------------------------ blocks
+
+def _edge_block(spec: SynthSpec, e: int, block: int) -> tuple[np.ndarray, np.ndarray]:
+    et = spec.edge_types[e]
+    counts = spec.node_counts()
+    ns, nd, k = counts[et.src], counts[et.dst], spec.num_classes
+    start = block * EDGE_BLOCK
+    size = min(EDGE_BLOCK, spec.edge_counts()[et] - start)
+    beta = 1.0 / (spec.exponent - 1.0)
+    u = np.random.default_rng([spec.seed, 2, e, block]).random((3, size))
+    rs, rd = powerlaw_ranks(u[0], ns, beta), powerlaw_ranks(u[1], nd, beta)
+    rd = np.where(u[2] < spec.homophily, _same_community(rd, rs % k, nd, k), rd)
+    if et.src == et.dst:  # no self-loops: move to the next node of the same community
+        loop = rs == rd
+        rd[loop] = np.where(rd[loop] + k < nd, rd[loop] + k, rd[loop] - k)
+    ps = RankPermutation.for_type(ns, spec.seed, spec.node_types.index(et.src))
+    pd = RankPermutation.for_type(nd, spec.seed, spec.node_types.index(et.dst))
+    return ps.to_id(rs), pd.to_id(rd)
+
+
+def generate_edges(spec: SynthSpec, e: int, start: int, stop: int):
+    """Edges ``[start, stop)`` of edge type ``spec.edge_types[e]`` as ``(src, dst)`` int64."""
+    first, last = start // EDGE_BLOCK, (stop - 1) // EDGE_BLOCK
+    parts = [_edge_block(spec, e, b) for b in range(first, last + 1)]
+    src = np.concatenate([p[0] for p in parts])
+    dst = np.concatenate([p[1] for p in parts])
+    lo = start - first * EDGE_BLOCK
+    return src[lo:lo + stop - start], dst[lo:lo + stop - start]
+
+
+def class_means(spec: SynthSpec) -> np.ndarray:
+    return np.random.default_rng([spec.seed, 3]).standard_normal(
+        (spec.num_classes, spec.feat_dim)).astype(np.float32)
+
+
+def _node_block(spec: SynthSpec, block: int, means: np.ndarray) -> dict[str, np.ndarray]:
+    t = spec.node_types.index(spec.labeled_type)
+    n = spec.node_counts()[spec.labeled_type]
+    ids = np.arange(block * NODE_BLOCK, min((block + 1) * NODE_BLOCK, n), dtype=np.int64)
+    label = RankPermutation.for_type(n, spec.seed, t).to_rank(ids) % spec.num_classes
+    rng = np.random.default_rng([spec.seed, 1, t, block])
+    feat = rng.standard_normal((len(ids), spec.feat_dim), dtype=np.float32)
+    feat += np.float32(spec.feat_signal) * means[label]
+    u = rng.random(len(ids))
+    cuts = np.cumsum(spec.split)
+    masks = {name: (u >= lo) & (u < hi) for name, lo, hi in zip(SPLITS, (0, *cuts[:2]), cuts)}
+    return {"feat": feat, "label": label, **masks}
+
+
+def generate_node_data(spec: SynthSpec, start: int, stop: int) -> dict[str, np.ndarray]:
+    """Rows ``[start, stop)`` of the labeled node type: ``feat``, ``label`` and split masks."""
+    means = class_means(spec)
+    first, last = start // NODE_BLOCK, (stop - 1) // NODE_BLOCK
+    blocks = [_node_block(spec, b, means) for b in range(first, last + 1)]
+    lo = start - first * NODE_BLOCK
+    return {k: np.concatenate([b[k] for b in blocks])[lo:lo + stop - start] for k in blocks[0]}
+
+
+# ------------------------------------------------------------------ the job
+
+@dataclass(frozen=True)
+class EdgeChunkTask:
+    spec: SynthSpec
+    edge_type_index: int
+    chunk: int
+    start: int
+    stop: int
+    out: str
+
+
+@dataclass(frozen=True)
+class NodeChunkTask:
+    spec: SynthSpec
+    chunk: int
+    start: int
+    stop: int
+    out: str
+
+
+def edge_path(et: EdgeType, chunk: int) -> str:
+    return f"edges/{et.dirname}/part-{chunk:05d}.parquet"
+
+
+def node_data_path(ntype: str, name: str, chunk: int) -> str:
+    return f"node_data/{ntype}/{name}/part-{chunk:05d}.npy"
+
+
+def write_edge_chunk_task(task: EdgeChunkTask) -> int:
+    """Generate and write one edge chunk; holds that chunk only. Returns its row count."""
+    et = task.spec.edge_types[task.edge_type_index]
+    src, dst = generate_edges(task.spec, task.edge_type_index, task.start, task.stop)
+    write_edge_chunk(os.path.join(task.out, edge_path(et, task.chunk)), src, dst)
+    return len(src)
+
+
+def write_node_chunk_task(task: NodeChunkTask) -> int:
+    """Generate and write one chunk of node data; holds that chunk only."""
+    data = generate_node_data(task.spec, task.start, task.stop)
+    for name, values in data.items():
+        write_array_chunk(os.path.join(task.out, node_data_path(task.spec.labeled_type, name,
+                                                                task.chunk)), values)
+    return task.stop - task.start
+
+
+def plan(spec: SynthSpec, out: str, chunk_size: int):
+    """The tasks and the resulting :class:`ChunkedGraph` metadata of a synth run."""
+    edge_counts, node_counts = spec.edge_counts(), spec.node_counts()
+    edge_tasks, edge_chunks = [], {}
+    for e, et in enumerate(spec.edge_types):
+        sizes = even_chunks(edge_counts[et], chunk_size)
+        edge_chunks[et] = sizes
+        bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+        edge_tasks += [EdgeChunkTask(spec, e, i, int(bounds[i]), int(bounds[i + 1]), out)
+                       for i in range(len(sizes))]
+    node_chunks = {t: even_chunks(n, chunk_size) for t, n in node_counts.items()}
+    lt = spec.labeled_type
+    bounds = np.concatenate([[0], np.cumsum(node_chunks[lt])]).astype(int)
+    node_tasks = [NodeChunkTask(spec, i, int(bounds[i]), int(bounds[i + 1]), out)
+                  for i in range(len(node_chunks[lt]))]
+    names = ("feat", "label", *SPLITS)
+    graph = ChunkedGraph(
+        root=out, graph_name="synth-mag" if spec.hetero else "synth",
+        node_types=spec.node_types, num_nodes=node_counts, node_chunks=node_chunks,
+        edge_types=spec.edge_types, edge_chunks=edge_chunks,
+        edges={et: ChunkFiles("parquet", tuple(edge_path(et, i) for i in range(len(c))))
+               for et, c in edge_chunks.items()},
+        node_data={lt: {name: ChunkFiles("numpy", tuple(node_data_path(lt, name, i)
+                                                        for i in range(len(node_tasks))))
+                        for name in names}})
+    return edge_tasks, node_tasks, graph

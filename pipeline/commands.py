@@ -97,3 +97,82 @@ def _summary(graph) -> str:
     for et in graph.edge_types:
         lines.append(f"  edges {et}: {graph.num_edges[et]:,} in {len(graph.edge_chunks[et])} chunks")
     return "\n".join(lines)
+
+
+def _parse_pairs(values, what: str, *, integer: bool) -> dict:
+    """``KEY=VALUE`` options (a bare VALUE means the only node type: key "")."""
+    out = {}
+    for v in values:
+        key, sep, value = v.rpartition("=")
+        if integer:
+            try:
+                value = int(value)
+            except ValueError:
+                raise click.BadParameter(f"{v!r}: expected [TYPE=]N", param_hint=what) from None
+        elif not sep:
+            raise click.BadParameter(f"{v!r}: expected NAME=FILE", param_hint=what)
+        out[key] = value
+    return out
+
+
+@prep.command()
+@click.argument("input", type=click.Path(exists=True))
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--from", "kind", type=click.Choice(["auto", "csv", "parquet", "npy", "ogb",
+                                                     "planetoid", "pyg", "dgl"]),
+              default="auto", help="Input kind; auto looks at what INPUT holds.")
+@chunk_size_option
+@click.option("--add-reverse-edges", is_flag=True,
+              help="Add every edge reversed: into the same type for a homogeneous graph, as "
+                   "dst:rev-<rel>:src types for a heterogeneous one.")
+@click.option("--dedupe", is_flag=True,
+              help="Keep one copy of each (src, dst) per edge type (out-of-core bucket shuffle).")
+@click.option("--drop-self-loops", is_flag=True,
+              help="Drop edges u->u (types whose source and destination types are equal).")
+@click.option("--delimiter", default=None,
+              help="CSV delimiter. Default: tab for .tsv, comma otherwise.")
+@click.option("--header/--no-header", default=None,
+              help="Whether edge CSVs start with a header line. Default: detect.")
+@click.option("--src-col", default=None, help="Source column (name or 0-based index). "
+              "Default: 'src' if the header has it, else column 0.")
+@click.option("--dst-col", default=None, help="Destination column. Default: 'dst' or column 1.")
+@click.option("--num-nodes", multiple=True, metavar="[TYPE=]N",
+              help="Node count (per type). Default: rows of node data, else largest ID + 1.")
+@click.option("--node-data", multiple=True, metavar="[TYPE/]NAME=FILE",
+              help="Node data file (.npy, .parquet or headerless .csv) for edge-list inputs, "
+                   "e.g. feat=x.npy, label=y.csv, train_mask=train.npy.")
+@click.option("--name", default=None,
+              help="Graph name (default: from INPUT). Planetoid: which dataset (cora, ...).")
+@click.option("--split-name", default=None,
+              help="OGB: the folder under split/ to read masks from (default: the only one).")
+@nan_option
+@overwrite_option
+@cluster_options
+def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loops, delimiter,
+          header, src_col, dst_col, num_nodes, node_data, name, split_name, nan_policy,
+          overwrite, cluster: ClusterOptions):
+    """Convert raw graph INPUT into the chunked graph format at OUT.
+
+    \b
+    INPUT kinds:
+      csv/parquet  an edge-list file (src,dst per row), or a folder with
+                   edges/<src>__<rel>__<dst>.<ext> and nodes/<ntype>/<name>.<ext>
+      npy          .npz or folder of .npy: edge_index (or src, dst), x/feat, y/label, masks
+      ogb          OGB node-property dataset folder (raw/*.csv.gz, split/<name>/)
+      planetoid    folder with ind.<name>.* (Cora, CiteSeer, PubMed)
+      pyg          torch.save'd torch_geometric Data / HeteroData (.pt)
+      dgl          DGL's chunked graph format (metadata.json), validated and re-chunked
+    The result is validated before it is moved into place; on error nothing is written.
+    """
+    from .convert import run_chunk
+    from .convert.options import ChunkOptions
+    from .convert.writer import Transforms
+
+    opts = ChunkOptions(chunk_size, delimiter.encode().decode("unicode_escape") if delimiter
+                        else None, header, src_col, dst_col,
+                        _parse_pairs(num_nodes, "--num-nodes", integer=True),
+                        _parse_pairs(node_data, "--node-data", integer=False), name, split_name)
+    graph = run_chunk(input, out, kind, opts, Transforms(add_reverse_edges, drop_self_loops,
+                                                         dedupe), cluster, nan_policy, overwrite)
+    if graph is not None:
+        click.echo(_summary(graph))

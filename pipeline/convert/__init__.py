@@ -1,0 +1,102 @@
+"""``prep chunk``: raw input of any supported kind -> the chunked graph format."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+
+from formats import FormatError
+from formats.output import AtomicOutput, fingerprint, make_manifest
+from ..cluster import ClusterOptions, TaskRunner, dask_client
+from ..step import finish_chunked, up_to_date
+from .options import ChunkOptions
+from .writer import Transforms, convert_source
+
+log = logging.getLogger(__name__)
+
+KINDS = ("auto", "csv", "parquet", "npy", "ogb", "planetoid", "pyg", "dgl")
+
+
+def detect_kind(path: str) -> str:
+    """Guess the input kind from what ``path`` holds."""
+    from .edgelist import is_edge_file
+    from .ogb import is_ogb
+
+    if not os.path.exists(path):
+        raise FormatError("input not found", file=path)
+    if os.path.isdir(path):
+        names = os.listdir(path)
+        if "metadata.json" in names:
+            return "dgl"
+        if is_ogb(path):
+            return "ogb"
+        if any(n.startswith("ind.") and n.endswith(".graph") for n in names):
+            return "planetoid"
+        if os.path.isdir(os.path.join(path, "edges")):
+            return "csv"
+        if any(n.endswith(".npy") for n in names):
+            return "npy"
+        if any(is_edge_file(n) for n in names):
+            return "csv"
+    else:
+        lower = path.lower()
+        if lower.endswith(".npz") or lower.endswith(".npy"):
+            return "npy"
+        if lower.endswith((".pt", ".pth")):
+            return "pyg"
+        if is_edge_file(path):
+            return "parquet" if ".parquet" in lower or lower.endswith(".pq") else "csv"
+    raise FormatError("cannot tell the input kind; pass --from", file=path)
+
+
+def build_source(path: str, kind: str, opts: ChunkOptions, staging: str, runner,
+                 nan_policy: str):
+    """The :class:`SourceGraph` of an input of ``kind``."""
+    from . import arrays_in, dgl, edgelist, ogb, planetoid, pyg
+
+    if kind in ("csv", "parquet"):
+        if os.path.isdir(path) and os.path.isdir(os.path.join(path, "edges")):
+            return edgelist.from_edge_folder(path, opts)
+        return edgelist.from_edge_file(path, opts)
+    if kind == "npy":
+        n = opts.num_nodes.get("") or opts.num_nodes.get("_N")
+        return arrays_in.from_numpy(path, staging, opts.chunk_size, n, opts.name)
+    if kind == "ogb":
+        return ogb.from_ogb(path, opts.split_name, opts.name)
+    if kind == "planetoid":
+        return planetoid.from_planetoid(path, staging, opts.chunk_size, opts.name)
+    if kind == "pyg":
+        return pyg.from_pyg(path, staging, opts.chunk_size, opts.name)
+    if kind == "dgl":
+        return dgl.from_chunked(path, runner, nan_policy)
+    raise ValueError(f"unknown input kind {kind!r}")
+
+
+def run_chunk(path: str, out: str, kind: str, opts: ChunkOptions, transforms: Transforms,
+              cluster: ClusterOptions, nan_policy: str = "error", overwrite: bool = False):
+    """Convert ``path`` into a chunked graph at ``out``; returns it (None when up to date).
+
+    The client holds metadata only, except for in-memory inputs (PyG, Planetoid, ``.npz``),
+    which are loaded by the client to be staged as ``.npy`` (see those modules).
+    """
+    kind = detect_kind(path) if kind == "auto" else kind
+    options = {"from": kind, **opts.manifest(), **dataclasses.asdict(transforms)}
+    manifest = make_manifest("chunk", {os.path.abspath(path): fingerprint(path)}, options, None)
+    if up_to_date(out, manifest, overwrite):
+        return None
+    output = AtomicOutput(out)
+    with output as tmp, dask_client(cluster) as client:
+        runner = TaskRunner(client, cluster.progress)
+        staging = os.path.join(tmp, "_staging")
+        log.info("reading %s as %s", path, kind)
+        source = build_source(path, kind, opts, staging, runner, nan_policy)
+        graph = convert_source(source, tmp, opts.chunk_size, transforms, runner)
+        if kind == "ogb":
+            from .ogb import check_edge_count
+            check_edge_count(path, sum(graph.num_edges.values()))
+        shutil.rmtree(staging, ignore_errors=True)
+        graph = finish_chunked(graph, tmp, manifest, runner, nan_policy)
+        output.commit()
+    return dataclasses.replace(graph, root=output.final)

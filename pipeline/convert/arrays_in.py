@@ -1,0 +1,80 @@
+"""In-memory graphs (NumPy ``.npz``/``.npy`` folders, Planetoid, PyG): arrays staged as ``.npy``.
+
+Arrays are written one at a time to a staging folder (inside the step's temporary output) and
+read back memory-mapped by the chunk tasks, so workers never receive whole arrays by pickle.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from formats import EdgeType, FormatError
+from .sources import ArrayEdges, EdgeSource, NpyArray, SourceGraph
+
+FIELD_ALIASES = {"x": "feat", "y": "label", "edge_attr": "feat"}
+
+
+def stage(staging: str, key: str, array) -> NpyArray:
+    """Save ``array`` as ``staging/key.npy`` and return it as a memory-mapped source."""
+    path = os.path.join(staging, key.replace("/", "__").replace(":", "_") + ".npy")
+    os.makedirs(staging, exist_ok=True)
+    np.save(path, np.ascontiguousarray(np.asarray(array)), allow_pickle=False)
+    return NpyArray.open(path)
+
+
+def edge_index_parts(path: str, src: NpyArray, dst: NpyArray, data: dict, chunk_size: int):
+    """Array edges cut into parts of ``chunk_size`` rows."""
+    n = src.num_rows
+    if dst.num_rows != n:
+        raise FormatError(f"src has {n} rows, dst has {dst.num_rows}", file=path, field="dst")
+    for name, a in data.items():
+        if a.num_rows != n:
+            raise FormatError(f"edge data has {a.num_rows} rows for {n} edges", file=path,
+                              field=name)
+    return tuple(ArrayEdges(path, src, dst, tuple(data.items()), s, min(s + chunk_size, n))
+                 for s in range(0, n, chunk_size)) or (ArrayEdges(path, src, dst, (), 0, 0),)
+
+
+def split_edge_index(path: str, edge_index: np.ndarray, staging: str, key: str):
+    """``[2, E]`` or ``[E, 2]`` edge_index -> (src, dst) staged sources."""
+    ei = np.asarray(edge_index)
+    if ei.ndim != 2 or 2 not in ei.shape:
+        raise FormatError(f"edge_index must have shape [2, E] or [E, 2], found {ei.shape}",
+                          file=path, field=key)
+    if ei.shape[0] != 2:
+        ei = ei.T
+    return stage(staging, f"{key}.src", ei[0]), stage(staging, f"{key}.dst", ei[1])
+
+
+def from_numpy(path: str, staging: str, chunk_size: int, num_nodes: int | None,
+               name: str | None) -> SourceGraph:
+    """A ``.npz`` or a folder of ``.npy``: ``edge_index`` (or ``src`` + ``dst``), edge data as
+    ``edge_<name>``, every other array is node data (``x`` -> feat, ``y`` -> label)."""
+    if os.path.isdir(path):
+        arrays = {os.path.splitext(f)[0]: os.path.join(path, f)
+                  for f in sorted(os.listdir(path)) if f.endswith(".npy")}
+        load = lambda k: np.load(arrays[k], mmap_mode="r", allow_pickle=False)  # noqa: E731
+        keys = list(arrays)
+    else:
+        npz = np.load(path, allow_pickle=False)
+        load, keys = npz.__getitem__, list(npz.files)
+    if "edge_index" in keys:
+        src, dst = split_edge_index(path, load("edge_index"), staging, "edge_index")
+    elif "src" in keys and "dst" in keys:
+        src, dst = stage(staging, "src", load("src")), stage(staging, "dst", load("dst"))
+    else:
+        raise FormatError(f"needs 'edge_index' or 'src' and 'dst' arrays (found {keys})",
+                          file=path, field="edge_index")
+    edge_data = {k[5:]: stage(staging, k, load(k)) for k in keys if k.startswith("edge_")
+                 and k != "edge_index"}
+    node_data = {FIELD_ALIASES.get(k, k): stage(staging, f"node.{k}", load(k)) for k in keys
+                 if k not in ("edge_index", "src", "dst", "num_nodes") and not k.startswith("edge_")}
+    if "num_nodes" in keys and num_nodes is None:
+        num_nodes = int(load("num_nodes"))
+    et = EdgeType("_N", "_E", "_N")
+    parts = edge_index_parts(path, src, dst, edge_data, chunk_size)
+    return SourceGraph(name or os.path.splitext(os.path.basename(path))[0], ("_N",),
+                       {"_N": num_nodes}, (EdgeSource(et, parts, tuple(edge_data)),),
+                       {"_N": node_data} if node_data else {}, inputs=(path,))

@@ -1,0 +1,37 @@
+"""DGL's chunked graph format (and graphprep's own) in: validated, then re-chunked.
+
+The whole input is validated first (one task per chunk). Each input edge chunk becomes a part
+(with the matching rows of its edge data); node data is read by row range across the input's
+data files, so output chunks follow ``--chunk-size`` whatever the input's chunking.
+"""
+
+from __future__ import annotations
+
+from formats import load_chunked_graph, validate_chunked_graph
+from formats.arrays import array_info
+from .sources import ChunkedArray, ChunkFileEdges, EdgeSource, SourceGraph
+
+
+def _array(graph, files) -> ChunkedArray:
+    rows = tuple(array_info(graph.path(f), files).rows for f in files.files)
+    return ChunkedArray(graph.root, graph.root, files, rows)
+
+
+def from_chunked(folder: str, runner, nan_policy: str) -> SourceGraph:
+    graph = load_chunked_graph(folder)
+    validate_chunked_graph(graph, nan_policy=nan_policy,
+                           runner=lambda fn, items: runner(fn, items, "validate input"))
+    edges = []
+    for et in graph.edge_types:
+        data = tuple((name, _array(graph, files))
+                     for name, files in graph.edge_data.get(et, {}).items())
+        starts = [0]
+        for rows in graph.edge_chunks[et]:
+            starts.append(starts[-1] + rows)
+        parts = tuple(ChunkFileEdges(graph.path(rel), graph.edges[et], data, starts[i])
+                      for i, rel in enumerate(graph.edges[et].files))
+        edges.append(EdgeSource(et, parts, tuple(name for name, _ in data)))
+    node_data = {t: {name: _array(graph, files) for name, files in fields.items()}
+                 for t, fields in graph.node_data.items()}
+    return SourceGraph(graph.graph_name, graph.node_types, dict(graph.num_nodes), tuple(edges),
+                       node_data, inputs=(folder,))

@@ -1,0 +1,175 @@
+"""Edge lists: CSV/TSV (plain or compressed) and Parquet, homogeneous or per type.
+
+- a file: one homogeneous edge list (``--node-data NAME=FILE`` adds node data);
+- a folder: ``edges/<src>__<rel>__<dst>.<ext>`` (or a folder of such files) per edge type and
+  ``nodes/<ntype>/<name>.<ext>`` per node field (.npy, .parquet or headerless .csv).
+
+Uncompressed CSV is split into byte ranges of about ``--chunk-size`` rows, read in parallel;
+compressed CSV is streamed by one task; Parquet is split by row groups.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow.parquet as pq
+
+from formats import ChunkFiles, EdgeType, FormatError
+from formats.storage import open_file, size
+from .options import ChunkOptions
+from .sources import (ArraySource, ChunkedArray, CsvArray, CsvColumns, CsvRange, CsvStream,
+                      EdgePart, EdgeSource, NpyArray, ParquetEdges, SourceGraph)
+
+EDGE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")
+COMPRESSED = (".gz", ".bz2", ".xz", ".zst")
+HOMO_NODE, HOMO_EDGE = "_N", EdgeType("_N", "_E", "_N")
+
+
+def is_edge_file(path: str) -> bool:
+    base = _strip_compression(path.lower())
+    return base.endswith(EDGE_SUFFIXES)
+
+
+def _strip_compression(name: str) -> str:
+    for ext in COMPRESSED:
+        if name.endswith(ext):
+            return name[: -len(ext)]
+    return name
+
+
+def edge_parts(path: str, opts: ChunkOptions) -> list[EdgePart]:
+    """The parts of one edge file (or of every file in a folder, in name order)."""
+    if os.path.isdir(path):
+        files = sorted(os.path.join(path, f) for f in os.listdir(path) if is_edge_file(f))
+        if not files:
+            raise FormatError("folder holds no edge files (.csv/.tsv/.parquet)", file=path)
+        return [p for f in files for p in edge_parts(f, opts)]
+    if _strip_compression(path.lower()).endswith((".parquet", ".pq")):
+        return _parquet_parts(path, opts)
+    columns = csv_columns(path, opts)
+    if path.lower().endswith(COMPRESSED):
+        return [CsvStream(path, columns)]
+    total = size(path)
+    with open_file(path) as f:
+        sample = f.read(1 << 16)
+    lines = max(sample.count(b"\n"), 1)
+    step = max(int(opts.chunk_size * len(sample) / lines * 0.95), 1 << 16)
+    return [CsvRange(path, start, min(start + step, total), columns)
+            for start in range(0, max(total, 1), step)]
+
+
+def csv_columns(path: str, opts: ChunkOptions) -> CsvColumns:
+    """Delimiter, header and src/dst column positions of an edge CSV."""
+    base = _strip_compression(path.lower())
+    delimiter = opts.delimiter or ("\t" if base.endswith(".tsv") else ",")
+    with open_file(path, compression="infer") as f:
+        first = f.readline().decode("utf-8", "replace").rstrip("\r\n")
+    fields = [x.strip() for x in first.split(delimiter)]
+    if len(fields) < 2:
+        raise FormatError(f"expected at least 2 columns separated by {delimiter!r}, "
+                          f"found {first[:80]!r}", file=path, row=0)
+    header = opts.header if opts.header is not None else not all(_is_int(x) for x in fields)
+    names = fields if header else [str(i) for i in range(len(fields))]
+    src = _column(opts.src_col, "src", names, header, path, 0)
+    dst = _column(opts.dst_col, "dst", names, header, path, 1)
+    return CsvColumns(delimiter, header, src, dst, len(fields))
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("+-").isdigit()
+
+
+def _column(wanted: str | None, default: str, names: list[str], header: bool, path: str,
+            fallback: int) -> int:
+    if wanted is None:
+        return names.index(default) if header and default in names else fallback
+    if wanted in names and header:
+        return names.index(wanted)
+    if wanted.isdigit() and int(wanted) < len(names):
+        return int(wanted)
+    raise FormatError(f"column {wanted!r} not found (columns: {names})", file=path,
+                      field=f"--{default}-col")
+
+
+def _parquet_parts(path: str, opts: ChunkOptions) -> list[EdgePart]:
+    md = pq.ParquetFile(path).metadata
+    names = md.schema.to_arrow_schema().names
+    src = opts.src_col or ("src" if "src" in names else names[0])
+    dst = opts.dst_col or ("dst" if "dst" in names else names[1] if len(names) > 1 else "")
+    for col, flag in ((src, "src"), (dst, "dst")):
+        if col not in names:
+            raise FormatError(f"column {col!r} not found (columns: {names})", file=path,
+                              field=f"--{flag}-col")
+    parts, first, rows, row_start = [], 0, 0, 0
+    for g in range(md.num_row_groups):
+        rows += md.row_group(g).num_rows
+        if rows >= opts.chunk_size or g == md.num_row_groups - 1:
+            parts.append(ParquetEdges(path, src, dst, first, g + 1, row_start))
+            first, row_start, rows = g + 1, row_start + rows, 0
+    return parts
+
+
+def array_source(path: str) -> ArraySource:
+    """A node data file: .npy (memory-mapped), .parquet, or headerless CSV (streamed)."""
+    lower = _strip_compression(path.lower())
+    if lower.endswith(".npy"):
+        return NpyArray.open(path)
+    if lower.endswith((".parquet", ".pq")):
+        rows = pq.ParquetFile(path).metadata.num_rows
+        return ChunkedArray(path, os.path.dirname(path), ChunkFiles("parquet", (os.path.basename(path),)),
+                            (rows,))
+    delimiter = "\t" if lower.endswith(".tsv") else ","
+    return CsvArray(path, delimiter)
+
+
+def from_edge_file(path: str, opts: ChunkOptions) -> SourceGraph:
+    """One homogeneous edge list file (or folder of files)."""
+    node_data = {}
+    for key, file in opts.node_data.items():
+        node_data[key.split("/")[-1]] = array_source(file)
+    n = opts.num_nodes.get("") or opts.num_nodes.get(HOMO_NODE)
+    name = opts.name or _stem(path)
+    return SourceGraph(name, (HOMO_NODE,), {HOMO_NODE: n},
+                       (EdgeSource(HOMO_EDGE, tuple(edge_parts(path, opts))),),
+                       {HOMO_NODE: node_data} if node_data else {},
+                       inputs=(path, *opts.node_data.values()))
+
+
+def from_edge_folder(root: str, opts: ChunkOptions) -> SourceGraph:
+    """The folder layout ``edges/<src>__<rel>__<dst>.<ext>`` + ``nodes/<ntype>/<name>.<ext>``."""
+    edge_dir = os.path.join(root, "edges")
+    edges, node_types = [], []
+    for entry in sorted(os.listdir(edge_dir)):
+        stem = _strip_compression(entry)
+        stem = os.path.splitext(stem)[0] if os.path.isfile(os.path.join(edge_dir, entry)) else stem
+        parts = stem.split("__")
+        if len(parts) != 3 or not all(parts):
+            raise FormatError("edge file name must be '<src>__<rel>__<dst>.<ext>'",
+                              file=os.path.join(edge_dir, entry))
+        et = EdgeType(*parts)
+        edges.append(EdgeSource(et, tuple(edge_parts(os.path.join(edge_dir, entry), opts))))
+        node_types += [t for t in (et.src, et.dst) if t not in node_types]
+    node_data: dict[str, dict[str, ArraySource]] = {}
+    node_dir = os.path.join(root, "nodes")
+    if os.path.isdir(node_dir):
+        for t in sorted(os.listdir(node_dir)):
+            if t not in node_types:
+                node_types.append(t)
+            for f in sorted(os.listdir(os.path.join(node_dir, t))):
+                node_data.setdefault(t, {})[_stem(f)] = array_source(os.path.join(node_dir, t, f))
+    for key, file in opts.node_data.items():
+        t, _, name = key.rpartition("/")
+        if t not in node_types:
+            raise FormatError(f"--node-data names unknown node type {t!r}", field="--node-data")
+        node_data.setdefault(t, {})[name] = array_source(file)
+    for t in opts.num_nodes:
+        if t not in node_types:
+            raise FormatError(f"--num-nodes names unknown node type {t!r}", field="--num-nodes")
+    return SourceGraph(opts.name or os.path.basename(os.path.abspath(root)), tuple(node_types),
+                       {t: opts.num_nodes.get(t) for t in node_types}, tuple(edges), node_data,
+                       inputs=(root,))
+
+
+def _stem(path: str) -> str:
+    name = _strip_compression(os.path.basename(path))
+    return os.path.splitext(name)[0]

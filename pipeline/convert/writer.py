@@ -1,0 +1,332 @@
+"""Any :class:`SourceGraph` -> the chunked graph format, as Dask tasks over parts and chunks.
+
+Tasks and what each holds in memory:
+
+- node data, random access: one task per output chunk, holding that chunk's rows;
+- node data, stream (compressed CSV): one task per field, holding one block plus one chunk;
+- edges: one task per input part (a CSV byte range, Parquet row groups, an array slice, one
+  DGL chunk), holding one block plus one output chunk; it checks IDs, drops self-loops and adds
+  reverse edges on the way;
+- dedupe (optional): a bucket shuffle (``pipeline.convert.dedupe``), one bucket per task.
+
+The client holds only metadata and per-part counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError, even_chunks
+from formats.output import write_array_chunk, write_edge_chunk
+from .sources import ArraySource, EdgePart, SourceGraph
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Transforms:
+    """Edge transforms applied while converting (``prep chunk`` options)."""
+
+    add_reverse: bool = False      # homogeneous: into the same type; else new rev-<rel> types
+    drop_self_loops: bool = False  # edges u->u of types whose src and dst types are equal
+    dedupe: bool = False           # keep one copy of each (src, dst) per edge type
+
+
+# ----------------------------------------------------------------------------- node data
+
+def data_path(section: str, owner: str, name: str, chunk: int | str) -> str:
+    tag = f"{chunk:05d}" if isinstance(chunk, int) else chunk
+    return f"{section}/{owner}/{name}/part-{tag}.npy"
+
+
+@dataclass(frozen=True)
+class ArrayChunkTask:
+    source: ArraySource
+    out: str
+    relpath: str
+    start: int
+    stop: int
+
+
+def write_array_range(task: ArrayChunkTask) -> int:
+    """Read rows ``[start, stop)`` of a random-access source and write them as one chunk."""
+    values = np.asarray(task.source.read(task.start, task.stop))
+    if len(values) != task.stop - task.start:
+        raise FormatError(f"expected {task.stop - task.start} rows from row {task.start}, "
+                          f"found {len(values)}", file=task.source.path)
+    write_array_chunk(os.path.join(task.out, task.relpath), values)
+    return len(values)
+
+
+@dataclass(frozen=True)
+class ArrayStreamTask:
+    source: ArraySource
+    out: str
+    section: str
+    owner: str
+    name: str
+    chunk_size: int
+
+
+def write_array_stream(task: ArrayStreamTask) -> list[int]:
+    """Stream a source into chunks of exactly ``chunk_size`` rows (last smaller)."""
+    sizes = []
+    for chunk in rechunk(task.source.blocks(), task.chunk_size):
+        write_array_chunk(os.path.join(task.out, data_path(task.section, task.owner, task.name,
+                                                           len(sizes))), chunk)
+        sizes.append(len(chunk))
+    return sizes
+
+
+def rechunk(blocks, size: int):
+    """Blocks of any length -> arrays of exactly ``size`` rows (the last may be shorter)."""
+    pending, count = [], 0
+    for block in blocks:
+        pending.append(block)
+        count += len(block)
+        while count >= size:
+            merged = np.concatenate(pending)
+            yield merged[:size]
+            pending, count = [merged[size:]], count - size
+    if count:
+        yield np.concatenate(pending)
+
+
+# ----------------------------------------------------------------------------- edges
+
+@dataclass(frozen=True)
+class EdgePartTask:
+    part: EdgePart
+    index: int
+    etype: EdgeType
+    out: str
+    chunk_size: int
+    limits: tuple[int | None, int | None]
+    drop_self_loops: bool
+    reverse: str                     # "none", "same" (into etype) or "new" (rev-<rel> type)
+    data_names: tuple[str, ...] = ()
+
+
+@dataclass
+class PartResult:
+    chunk_rows: list[int] = field(default_factory=list)
+    rows_read: int = 0
+    max_src: int = -1
+    max_dst: int = -1
+    problem: FormatError | None = None
+
+
+def part_file(etype: EdgeType, part: int, j: int) -> str:
+    return f"edges/{etype.dirname}/p{part:05d}-{j:04d}.parquet"
+
+
+def write_edge_part(task: EdgePartTask) -> PartResult:
+    """Read one input part, check and transform its edges, write chunks of its own.
+
+    A bad ID or row is returned as ``problem`` (row relative to the part when its first row
+    is unknown) so the client can name the exact row in the file.
+    """
+    result = PartResult()
+    per_chunk = task.chunk_size // 2 if task.reverse == "same" else task.chunk_size
+    writer = _ChunkWriter(task, result)
+    try:
+        for block in task.part.blocks():
+            _check_ids(task, block.src, block.dst, result.rows_read)
+            result.rows_read += len(block.src)
+            if len(block.src):
+                result.max_src = max(result.max_src, int(block.src.max()))
+                result.max_dst = max(result.max_dst, int(block.dst.max()))
+            src, dst, data = block.src, block.dst, block.data
+            if task.drop_self_loops and task.etype.src == task.etype.dst:
+                keep = src != dst
+                src, dst, data = src[keep], dst[keep], {k: v[keep] for k, v in data.items()}
+            writer.add(src, dst, data, per_chunk)
+        writer.flush()
+    except FormatError as err:
+        first = task.part.first_row
+        row = None if err.row is None else err.row + (first or 0)
+        result.problem = FormatError(err.message, file=err.file, field=err.field, row=row)
+    return result
+
+
+def _check_ids(task: EdgePartTask, src: np.ndarray, dst: np.ndarray, row0: int) -> None:
+    for name, ids, limit in (("src", src, task.limits[0]), ("dst", dst, task.limits[1])):
+        bad = ids < 0 if limit is None else (ids < 0) | (ids >= limit)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            rng = "must be >= 0" if limit is None else f"out of range [0, {limit})"
+            nt = task.etype.src if name == "src" else task.etype.dst
+            raise FormatError(f"node ID {int(ids[row])} {rng} for node type {nt!r}",
+                              file=task.part.path, field=name, row=row0 + row)
+
+
+class _ChunkWriter:
+    """Buffers edges of one part and writes them as chunks (plus reversed copies)."""
+
+    def __init__(self, task: EdgePartTask, result: PartResult):
+        self.task, self.result = task, result
+        self.pending: list[tuple] = []
+        self.count = 0
+
+    def add(self, src, dst, data, per_chunk: int) -> None:
+        self.pending.append((src, dst, data))
+        self.count += len(src)
+        while self.count >= per_chunk:
+            self._write(*self._take(per_chunk))
+
+    def flush(self) -> None:
+        if self.count:
+            self._write(*self._take(self.count))
+
+    def _take(self, n: int):
+        src = np.concatenate([p[0] for p in self.pending])
+        dst = np.concatenate([p[1] for p in self.pending])
+        data = {k: np.concatenate([p[2][k] for p in self.pending]) for k in self.task.data_names}
+        self.pending = [(src[n:], dst[n:], {k: v[n:] for k, v in data.items()})]
+        self.count -= n
+        return src[:n], dst[:n], {k: v[:n] for k, v in data.items()}
+
+    def _write(self, src, dst, data) -> None:
+        t, j = self.task, len(self.result.chunk_rows)
+        if t.reverse == "same":
+            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+            data = {k: np.concatenate([v, v]) for k, v in data.items()}
+        targets = [(t.etype, src, dst)]
+        if t.reverse == "new":
+            targets.append((t.etype.reverse(), dst, src))
+        for et, s, d in targets:
+            write_edge_chunk(os.path.join(t.out, part_file(et, t.index, j)), s, d)
+            for name, values in data.items():
+                write_array_chunk(os.path.join(t.out, data_path("edge_data", et.dirname, name,
+                                                                f"p{t.index:05d}-{j:04d}")),
+                                  values)
+        self.result.chunk_rows.append(len(src))
+
+
+# ----------------------------------------------------------------------------- the job
+
+def convert_source(source: SourceGraph, out: str, chunk_size: int, transforms: Transforms,
+                   runner) -> ChunkedGraph:
+    """Write ``source`` into the (temporary) folder ``out``; returns the graph's metadata.
+
+    ``runner(fn, items, desc)`` runs tasks (a :class:`pipeline.cluster.TaskRunner`).
+    """
+    num_nodes, node_chunks, node_data = _write_node_data(source, out, chunk_size, runner)
+    homogeneous = len(source.node_types) == 1 and len(source.edges) == 1
+    reverse = "none" if not transforms.add_reverse else "same" if homogeneous else "new"
+    tasks, owners = [], []
+    for es in source.edges:
+        limits = (num_nodes.get(es.etype.src), num_nodes.get(es.etype.dst))
+        for part in es.parts:
+            tasks.append(EdgePartTask(part, len(tasks), es.etype, out, chunk_size, limits,
+                                      transforms.drop_self_loops, reverse, es.data_names))
+            owners.append(es)
+    results = runner(write_edge_part, tasks, "convert edges")
+    _raise_first_problem(tasks, results)
+    _infer_node_counts(source, num_nodes, tasks, results)
+    for t in source.node_types:
+        node_chunks.setdefault(t, even_chunks(num_nodes[t], chunk_size))
+
+    edge_types, edge_chunks, edges, edge_data = [], {}, {}, {}
+    out_types = [(es, es.etype) for es in source.edges]
+    if reverse == "new":
+        out_types += [(es, es.etype.reverse()) for es in source.edges]
+    for es, et in out_types:
+        mine = [(task, res) for task, res in zip(tasks, results) if task.etype == es.etype]
+        pieces = [(task.index, j, rows) for task, res in mine
+                  for j, rows in enumerate(res.chunk_rows)]
+        edge_types.append(et)
+        files, data_files = _sequential_edge_files(out, et, es.data_names, pieces)
+        edge_chunks[et] = tuple(rows for _, _, rows in pieces)
+        edges[et], edge_data[et] = files, data_files
+    if transforms.dedupe:
+        from .dedupe import dedupe_edge_type
+        for et in edge_types:
+            if edge_data.get(et):
+                raise FormatError("--dedupe with edge data is not supported (which copy's data "
+                                  "to keep is ambiguous)", field=f"edge_data.{et}")
+            edges[et], edge_chunks[et] = dedupe_edge_type(
+                out, et, edges[et], num_nodes[et.dst], runner)
+    return ChunkedGraph(root=out, graph_name=source.name, node_types=source.node_types,
+                        num_nodes=num_nodes, node_chunks=node_chunks,
+                        edge_types=tuple(edge_types), edge_chunks=edge_chunks, edges=edges,
+                        node_data=node_data,
+                        edge_data={et: d for et, d in edge_data.items() if d})
+
+
+def _write_node_data(source: SourceGraph, out: str, chunk_size: int, runner):
+    num_nodes = {t: n for t, n in source.num_nodes.items() if n is not None}
+    range_tasks, stream_tasks = [], []
+    for t, fields in source.node_data.items():
+        for name, src in fields.items():
+            if src.num_rows is None:
+                stream_tasks.append(ArrayStreamTask(src, out, "node_data", t, name, chunk_size))
+                continue
+            bounds = np.cumsum((0,) + even_chunks(src.num_rows, chunk_size))
+            range_tasks += [ArrayChunkTask(src, out, data_path("node_data", t, name, i),
+                                           int(bounds[i]), int(bounds[i + 1]))
+                            for i in range(len(bounds) - 1)]
+    rows: dict[tuple[str, str], list[int]] = {}
+    for task, n in zip(range_tasks, runner(write_array_range, range_tasks, "node data")):
+        _, t, name, _ = task.relpath.split("/")
+        rows.setdefault((t, name), []).append(n)
+    for task, sizes in zip(stream_tasks, runner(write_array_stream, stream_tasks, "node data")):
+        rows[(task.owner, task.name)] = sizes
+    node_chunks, node_data = {}, {}
+    for (t, name), sizes in rows.items():
+        total = sum(sizes)
+        src = source.node_data[t][name]
+        if t in num_nodes and total != num_nodes[t]:
+            raise FormatError(f"has {total} rows, node type {t!r} has {num_nodes[t]} nodes",
+                              file=src.path, field=f"{t}/{name}")
+        num_nodes[t] = total
+        node_chunks[t] = tuple(sizes)
+        node_data.setdefault(t, {})[name] = ChunkFiles(
+            "numpy", tuple(data_path("node_data", t, name, i) for i in range(len(sizes))))
+    return num_nodes, node_chunks, node_data
+
+
+def _raise_first_problem(tasks: list[EdgePartTask], results: list[PartResult]) -> None:
+    rows_before: dict[str, int] = {}
+    for task, res in zip(tasks, results):
+        if res.problem is not None:
+            err = res.problem
+            if task.part.first_row is None and err.row is not None:
+                err = FormatError(err.message, file=err.file, field=err.field,
+                                  row=err.row + rows_before.get(task.part.path, 0))
+            raise err
+        rows_before[task.part.path] = rows_before.get(task.part.path, 0) + res.rows_read
+
+
+def _infer_node_counts(source, num_nodes, tasks, results) -> None:
+    for t in source.node_types:
+        if t in num_nodes:
+            continue
+        top = [res.max_src for task, res in zip(tasks, results) if task.etype.src == t]
+        top += [res.max_dst for task, res in zip(tasks, results) if task.etype.dst == t]
+        n = max(top, default=-1) + 1
+        if n == 0:
+            raise FormatError(f"node type {t!r} is empty: no count given, no data, no edges",
+                              field="num_nodes")
+        log.info("node type %s: %d nodes (largest ID in the edges + 1)", t, n)
+        num_nodes[t] = n
+
+
+def _sequential_edge_files(out: str, et: EdgeType, data_names, pieces):
+    """Rename the per-part files of ``et`` to part-00000... in part order."""
+    files, data = [], {name: [] for name in data_names}
+    for k, (index, j, _) in enumerate(pieces):
+        new = f"edges/{et.dirname}/part-{k:05d}.parquet"
+        os.rename(os.path.join(out, part_file(et, index, j)), os.path.join(out, new))
+        files.append(new)
+        for name in data_names:
+            old_d = data_path("edge_data", et.dirname, name, f"p{index:05d}-{j:04d}")
+            new_d = data_path("edge_data", et.dirname, name, k)
+            os.rename(os.path.join(out, old_d), os.path.join(out, new_d))
+            data[name].append(new_d)
+    return (ChunkFiles("parquet", tuple(files)),
+            {name: ChunkFiles("numpy", tuple(f)) for name, f in data.items()})

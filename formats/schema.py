@@ -246,7 +246,7 @@ class _Loader:
                               f"{sum(chunks[et])}", f"num_edges_per_type[{i}]")
         return chunks
 
-    def chunk_files(self, entry, field: str) -> ChunkFiles:
+    def chunk_files(self, entry, field: str, allow_empty: bool = False) -> ChunkFiles:
         if not isinstance(entry, dict) or not isinstance(entry.get("format"), dict):
             self.fail("must be an object with 'format' and 'data'", field)
         name = entry["format"].get("name")
@@ -254,7 +254,8 @@ class _Loader:
             self.fail(f"unknown format name {name!r} (known: {', '.join(DATA_FORMATS)})",
                       f"{field}.format.name")
         files = entry.get("data")
-        if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
+        if not isinstance(files, list) or not (files or allow_empty) or \
+                not all(isinstance(f, str) for f in files):
             self.fail("must be a non-empty list of file paths", f"{field}.data")
         delimiter = entry["format"].get("delimiter", ",")
         if name == "csv" and (not isinstance(delimiter, str) or len(delimiter) != 1):
@@ -268,7 +269,8 @@ class _Loader:
             key = str(et)
             if key not in section:
                 self.fail(f"no entry for edge type '{key}'", "edges")
-            files = self.chunk_files(section[key], f"edges.{key}")
+            files = self.chunk_files(section[key], f"edges.{key}",
+                                     allow_empty=not edge_chunks[et])
             if len(files.files) != len(edge_chunks[et]):
                 self.fail(f"lists {len(files.files)} chunk files, num_edges_per_chunk lists "
                           f"{len(edge_chunks[et])} chunks", f"edges.{key}.data")

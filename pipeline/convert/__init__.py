@@ -70,7 +70,7 @@ def build_source(path: str, kind: str, opts: ChunkOptions, staging: str, runner,
     if kind == "pyg":
         return pyg.from_pyg(path, staging, opts.chunk_size, opts.name)
     if kind == "dgl":
-        return dgl.from_chunked(path, runner, nan_policy)
+        return dgl.from_chunked(path, opts.chunk_size, runner, nan_policy)
     raise ValueError(f"unknown input kind {kind!r}")
 
 

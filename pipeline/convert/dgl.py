@@ -7,6 +7,8 @@ data files, so output chunks follow ``--chunk-size`` whatever the input's chunki
 
 from __future__ import annotations
 
+import numpy as np
+
 from formats import load_chunked_graph, validate_chunked_graph
 from formats.arrays import array_info
 from .sources import ChunkedArray, ChunkFileEdges, EdgeSource, SourceGraph
@@ -17,7 +19,8 @@ def _array(graph, files) -> ChunkedArray:
     return ChunkedArray(graph.root, graph.root, files, rows)
 
 
-def from_chunked(folder: str, runner, nan_policy: str) -> SourceGraph:
+def from_chunked(folder: str, chunk_size: int, runner, nan_policy: str) -> SourceGraph:
+    """Validate a chunked graph, then describe it as parts of about ``chunk_size`` edges."""
     graph = load_chunked_graph(folder)
     validate_chunked_graph(graph, nan_policy=nan_policy,
                            runner=lambda fn, items: runner(fn, items, "validate input"))
@@ -25,12 +28,16 @@ def from_chunked(folder: str, runner, nan_policy: str) -> SourceGraph:
     for et in graph.edge_types:
         data = tuple((name, _array(graph, files))
                      for name, files in graph.edge_data.get(et, {}).items())
-        starts = [0]
-        for rows in graph.edge_chunks[et]:
-            starts.append(starts[-1] + rows)
-        parts = tuple(ChunkFileEdges(graph.path(rel), graph.edges[et], data, starts[i])
-                      for i, rel in enumerate(graph.edges[et].files))
-        edges.append(EdgeSource(et, parts, tuple(name for name, _ in data)))
+        bounds = np.cumsum((0,) + graph.edge_chunks[et])
+        paths = [graph.path(rel) for rel in graph.edges[et].files]
+        parts = []
+        for start in range(0, int(bounds[-1]), chunk_size):
+            stop = min(start + chunk_size, int(bounds[-1]))
+            hit = [i for i in range(len(paths)) if bounds[i] < stop and bounds[i + 1] > start]
+            parts.append(ChunkFileEdges(paths[hit[0]], tuple(paths[i] for i in hit),
+                                        tuple(int(bounds[i]) for i in hit), graph.edges[et],
+                                        data, start, stop))
+        edges.append(EdgeSource(et, tuple(parts), tuple(name for name, _ in data)))
     node_data = {t: {name: _array(graph, files) for name, files in fields.items()}
                  for t, fields in graph.node_data.items()}
     return SourceGraph(graph.graph_name, graph.node_types, dict(graph.num_nodes), tuple(edges),

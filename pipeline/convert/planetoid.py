@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import warnings
 
 import numpy as np
 
@@ -37,7 +38,8 @@ def find_name(folder: str, name: str | None) -> str:
 def _load(folder: str, name: str, part: str):
     path = os.path.join(folder, f"ind.{name}.{part}")
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb") as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # old scipy module paths
             return pickle.load(f, encoding="latin1")
     except FileNotFoundError:
         raise FormatError("Planetoid file missing", file=path) from None

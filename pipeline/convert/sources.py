@@ -229,17 +229,23 @@ class ArrayEdges(EdgePart):
 
 @dataclass(frozen=True)
 class ChunkFileEdges(EdgePart):
-    """One edge chunk of a chunked graph (DGL's format), with the rows of its edge data."""
+    """Edges ``[start, stop)`` of one type of a chunked graph (DGL's format), read from the
+    chunk files they overlap (``file_starts``: first edge of each), with their edge data.
+    Rows in errors are relative to the chunk file named."""
 
+    paths: tuple[str, ...] = ()
+    file_starts: tuple[int, ...] = ()
     files: ChunkFiles = None
     data: tuple[tuple[str, "ArraySource"], ...] = ()
     start: int = 0
+    stop: int = 0
 
     def blocks(self) -> Iterator[EdgeBlock]:
-        src, dst = read_edge_chunk(self.path, self.files)
-        data = {name: np.asarray(a.read(self.start, self.start + len(src)))
-                for name, a in self.data}
-        yield EdgeBlock(src, dst, data)
+        for path, first in zip(self.paths, self.file_starts):
+            src, dst = read_edge_chunk(path, self.files)
+            lo, hi = max(self.start - first, 0), min(self.stop - first, len(src))
+            data = {name: np.asarray(a.read(first + lo, first + hi)) for name, a in self.data}
+            yield EdgeBlock(src[lo:hi], dst[lo:hi], data)
 
 
 # ----------------------------------------------------------------------------- arrays

@@ -1,0 +1,115 @@
+"""Benchmark of the foundation steps; prints one JSON object.
+
+(a) prep synth at 10^7 edges: edges/s and peak RSS per worker (2 workers);
+(b) CSV -> chunked for 10^7 edges vs a single-process pyarrow.csv.read_csv +
+    parquet.write_table baseline in the same run: time ratio and peak-RSS ratio;
+(c) peak RSS per worker of synth at 10^7 vs 10^8 edges (should stay flat).
+
+Times exclude the Dask cluster's start (reported apart): a job on an existing cluster
+(``--scheduler``) does not pay it. Run from the project root:
+``.venv/bin/python examples/benchmarks/bench_chunk.py [--small] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import fresh_cluster, run_baseline, timer, worker_peak_rss_mb  # noqa: E402
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.csv as pacsv  # noqa: E402
+
+from pipeline.convert import run_chunk  # noqa: E402
+from pipeline.convert.options import ChunkOptions  # noqa: E402
+from pipeline.convert.writer import Transforms  # noqa: E402
+from pipeline.synth import SynthSpec, generate_edges  # noqa: E402
+from pipeline.synth_job import run_synth  # noqa: E402
+
+
+def bench_synth(out: str, edges: int, feat_dim: int) -> dict:
+    spec = SynthSpec(num_nodes=edges // 10, num_edges=edges, feat_dim=feat_dim)
+    with fresh_cluster() as (opts, client):
+        with timer() as t:
+            run_synth(spec, out, 1 << 20, opts, overwrite=True)
+        rss = worker_peak_rss_mb(client)
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
+    shutil.rmtree(out)
+    return {"edges": edges, "nodes": spec.num_nodes, "feat_dim": feat_dim,
+            "seconds": round(t["s"], 2), "edges_per_s": round(edges / t["s"]),
+            "worker_peak_rss_mb": rss, "output_mb": round(size / 2**20)}
+
+
+def write_edge_csv(path: str, edges: int) -> None:
+    spec = SynthSpec(num_nodes=edges // 10, num_edges=edges)
+    with pacsv.CSVWriter(path, pa.schema([("src", pa.int64()), ("dst", pa.int64())])) as w:
+        for start in range(0, edges, 1 << 21):
+            s, d = generate_edges(spec, 0, start, min(start + (1 << 21), edges))
+            w.write_table(pa.table({"src": s, "dst": d}))
+
+
+BASELINE = """
+import time, pyarrow.csv as pacsv, pyarrow.parquet as pq
+t = time.perf_counter()
+table = pacsv.read_csv({csv!r})
+pq.write_table(table, {out!r})
+RESULT = {{"seconds": time.perf_counter() - t, "rows": table.num_rows}}
+"""
+
+
+def bench_csv(tmp: str, edges: int) -> dict:
+    csv = os.path.join(tmp, "edges.csv")
+    write_edge_csv(csv, edges)
+    base = run_baseline(BASELINE.format(csv=csv, out=os.path.join(tmp, "baseline.parquet")))
+    with fresh_cluster() as (opts, client):
+        with timer() as t:
+            run_chunk(csv, os.path.join(tmp, "chunked"), "csv", ChunkOptions(), Transforms(),
+                      opts, overwrite=True)
+        rss = worker_peak_rss_mb(client)
+    ours = {"seconds": round(t["s"], 2), "worker_peak_rss_mb": rss}
+    return {"edges": edges, "csv_mb": round(os.path.getsize(csv) / 2**20),
+            "graphprep": ours,
+            "baseline_read_csv_write_table": {k: round(v, 2) for k, v in base.items()},
+            "time_ratio": round(t["s"] / base["seconds"], 2),
+            "peak_rss_ratio": round(max(rss) / base["peak_rss_mb"], 3)}
+
+
+def cluster_start_seconds() -> float:
+    t = time.perf_counter()
+    with fresh_cluster():
+        pass
+    return round(time.perf_counter() - t, 2)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--small", action="store_true", help="10^6/10^7 instead of 10^7/10^8")
+    ap.add_argument("--out", default=None, help="scratch folder (default: a temp folder)")
+    args = ap.parse_args()
+    e7, e8 = (10**6, 10**7) if args.small else (10**7, 10**8)
+    tmp = args.out or tempfile.mkdtemp(prefix="bench_chunk_")
+    os.makedirs(tmp, exist_ok=True)
+    try:
+        result = {"machine": {"cpus": os.cpu_count()},
+                  "cluster_start_s": cluster_start_seconds(),
+                  "synth": bench_synth(os.path.join(tmp, "s7"), e7, 32),
+                  "csv_to_chunked": bench_csv(tmp, e7),
+                  "synth_scaling": {"small": bench_synth(os.path.join(tmp, "a"), e7, 16),
+                                    "large": bench_synth(os.path.join(tmp, "b"), e8, 16)}}
+        sc = result["synth_scaling"]
+        sc["rss_growth"] = round(max(sc["large"]["worker_peak_rss_mb"])
+                                 / max(sc["small"]["worker_peak_rss_mb"]), 3)
+        print(json.dumps(result, indent=2))
+    finally:
+        if args.out is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Helpers for the benchmarks: a fresh Dask cluster per measurement (so worker peak RSS is the
+measured job's own), timing, and peak RSS of a baseline run in a fresh subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+from pipeline.cluster import ClusterOptions, peak_rss_bytes
+
+MB = 1 << 20
+
+
+@contextmanager
+def fresh_cluster(workers: int = 2):
+    """Yields ``(ClusterOptions pointing at it, client)``; workers are new processes."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        yield ClusterOptions(scheduler=cluster.scheduler_address, progress=False), client
+
+
+def worker_peak_rss_mb(client) -> list[float]:
+    return sorted(round(v / MB, 1) for v in client.run(peak_rss_bytes).values())
+
+
+@contextmanager
+def timer():
+    box = {}
+    t = time.perf_counter()
+    yield box
+    box["s"] = time.perf_counter() - t
+
+
+def run_baseline(code: str) -> dict:
+    """Run ``code`` in a fresh Python; it must print a JSON dict. Adds its peak RSS (MB)."""
+    wrapper = code + "\nimport resource, json as _j\n" \
+        "print(_j.dumps({**RESULT, 'peak_rss_mb': resource.getrusage(resource.RUSAGE_SELF)" \
+        ".ru_maxrss / 1024}))"
+    out = subprocess.run([sys.executable, "-c", wrapper], check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])

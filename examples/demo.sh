@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The main job end to end on the embedded default: a local Dask cluster, built-in data.
+# synth -> validate; real data (Cora) -> chunk -> validate; chunked -> re-chunk (DGL reader).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PREP=${PREP:-.venv/bin/prep}
+OUT=${1:-demo-out}
+rm -rf "$OUT"
+mkdir -p "$OUT"
+
+echo "== prep synth: 200k-edge graph with planted communities"
+"$PREP" synth "$OUT/synth" --nodes 20000 --edges 200000 --seed 0
+"$PREP" validate "$OUT/synth"
+
+echo "== prep synth --hetero: ogbn-mag-shaped graph"
+"$PREP" synth "$OUT/synth-mag" --hetero --nodes 20000 --edges 200000
+
+if [ -d ../shared/data/planetoid ]; then
+  echo "== prep chunk: Cora from its raw Planetoid files"
+  "$PREP" chunk ../shared/data/planetoid "$OUT/cora" --name cora
+else
+  echo "== (../shared/data/planetoid not here: skipping Cora)"
+fi
+
+echo "== prep chunk: a chunked graph in (DGL's format reader), re-chunked and validated"
+"$PREP" chunk "$OUT/synth" "$OUT/synth-rechunked" --chunk-size 50000
+echo "demo done: outputs in $OUT/"

@@ -1,0 +1,70 @@
+"""Shared fixtures: one Dask cluster for the session (steps reach it with --scheduler), the
+CLI runner, and readers that load a whole (small) chunked graph for comparisons."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from formats import EdgeType, load_chunked_graph, read_array_chunk, read_edge_chunk
+
+SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+
+
+@pytest.fixture(scope="session")
+def scheduler():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster:
+        yield cluster.scheduler_address
+
+
+@pytest.fixture
+def prep(scheduler):
+    """``prep(*args, code=0)`` runs the CLI on the session cluster and checks the exit code."""
+    from pipeline.cli import prep as cli
+
+    def run(*args, code=0, cluster=True):
+        extra = ["--no-progress"] + (["--scheduler", scheduler] if cluster else [])
+        result = CliRunner().invoke(cli, [str(a) for a in args] + extra)
+        assert result.exit_code == code, (result.output, result.exception)
+        return result
+    return run
+
+
+def shared_data(*parts) -> str:
+    path = os.path.join(SHARED_DATA, *parts)
+    if not os.path.exists(path):
+        pytest.skip(f"shared dataset {os.path.join(*parts)} not present on this machine")
+    return path
+
+
+def edges_of(folder, etype="_N:_E:_N"):
+    """All edges of one type, concatenated in chunk order: ``(src, dst)``."""
+    g = load_chunked_graph(str(folder))
+    et = EdgeType.parse(etype)
+    pairs = [read_edge_chunk(g.path(f), g.edges[et]) for f in g.edges[et].files]
+    if not pairs:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs])
+
+
+def node_data_of(folder, ntype="_N", name="feat"):
+    g = load_chunked_graph(str(folder))
+    files = g.node_data[ntype][name]
+    return np.concatenate([np.asarray(read_array_chunk(g.path(f), files)) for f in files.files])
+
+
+def edge_data_of(folder, etype, name):
+    g = load_chunked_graph(str(folder))
+    files = g.edge_data[EdgeType.parse(etype)][name]
+    return np.concatenate([np.asarray(read_array_chunk(g.path(f), files)) for f in files.files])
+
+
+def sorted_pairs(src, dst):
+    order = np.lexsort((dst, src))
+    return np.stack([src[order], dst[order]])

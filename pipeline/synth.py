@@ -184,27 +184,38 @@ def class_means(spec: SynthSpec) -> np.ndarray:
         (spec.num_classes, spec.feat_dim)).astype(np.float32)
 
 
-def _node_block(spec: SynthSpec, block: int, means: np.ndarray) -> dict[str, np.ndarray]:
+def _fill_node_block(spec: SynthSpec, block: int, means: np.ndarray, out: dict, lo: int,
+                     start: int, stop: int) -> None:
+    """Generate node block ``block`` and copy its rows within ``[start, stop)`` into ``out``
+    (arrays for those rows, filled from row ``lo``). Temporaries are one block."""
     t = spec.node_types.index(spec.labeled_type)
     n = spec.node_counts()[spec.labeled_type]
-    ids = np.arange(block * NODE_BLOCK, min((block + 1) * NODE_BLOCK, n), dtype=np.int64)
+    b0, b1 = block * NODE_BLOCK, min((block + 1) * NODE_BLOCK, n)
+    ids = np.arange(b0, b1, dtype=np.int64)
     label = RankPermutation.for_type(n, spec.seed, t).to_rank(ids) % spec.num_classes
     rng = np.random.default_rng([spec.seed, 1, t, block])
     feat = rng.standard_normal((len(ids), spec.feat_dim), dtype=np.float32)
     feat += np.float32(spec.feat_signal) * means[label]
     u = rng.random(len(ids))
     cuts = np.cumsum(spec.split)
-    masks = {name: (u >= lo) & (u < hi) for name, lo, hi in zip(SPLITS, (0, *cuts[:2]), cuts)}
-    return {"feat": feat, "label": label, **masks}
+    a, z = max(start, b0) - b0, min(stop, b1) - b0
+    rows = slice(lo, lo + z - a)
+    out["feat"][rows], out["label"][rows] = feat[a:z], label[a:z]
+    for name, lo_cut, hi_cut in zip(SPLITS, (0, *cuts[:2]), cuts):
+        out[name][rows] = (u[a:z] >= lo_cut) & (u[a:z] < hi_cut)
 
 
 def generate_node_data(spec: SynthSpec, start: int, stop: int) -> dict[str, np.ndarray]:
     """Rows ``[start, stop)`` of the labeled node type: ``feat``, ``label`` and split masks."""
     means = class_means(spec)
-    first, last = start // NODE_BLOCK, (stop - 1) // NODE_BLOCK
-    blocks = [_node_block(spec, b, means) for b in range(first, last + 1)]
-    lo = start - first * NODE_BLOCK
-    return {k: np.concatenate([b[k] for b in blocks])[lo:lo + stop - start] for k in blocks[0]}
+    n = stop - start
+    out = {"feat": np.empty((n, spec.feat_dim), np.float32), "label": np.empty(n, np.int64),
+           **{name: np.empty(n, bool) for name in SPLITS}}
+    lo = 0
+    for b in range(start // NODE_BLOCK, (stop - 1) // NODE_BLOCK + 1):
+        _fill_node_block(spec, b, means, out, lo, start, stop)
+        lo = min((b + 1) * NODE_BLOCK, stop) - start
+    return out
 
 
 # ------------------------------------------------------------------ the job
@@ -251,6 +262,13 @@ def write_node_chunk_task(task: NodeChunkTask) -> int:
         write_array_chunk(os.path.join(task.out, node_data_path(task.spec.labeled_type, name,
                                                                 task.chunk)), values)
     return task.stop - task.start
+
+
+def write_synth_chunk(task: EdgeChunkTask | NodeChunkTask) -> int:
+    """One task of the job: node and edge chunks run together, so no phase idles a core."""
+    if isinstance(task, NodeChunkTask):
+        return write_node_chunk_task(task)
+    return write_edge_chunk_task(task)
 
 
 def plan(spec: SynthSpec, out: str, chunk_size: int):

@@ -8,7 +8,7 @@ import logging
 from formats.output import AtomicOutput, make_manifest
 from .cluster import ClusterOptions, TaskRunner, dask_client
 from .step import finish_chunked, up_to_date
-from .synth import SynthSpec, plan, write_edge_chunk_task, write_node_chunk_task
+from .synth import SynthSpec, plan, write_synth_chunk
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +28,7 @@ def run_synth(spec: SynthSpec, out: str, chunk_size: int, cluster: ClusterOption
     with output as tmp, dask_client(cluster) as client:
         runner = TaskRunner(client, cluster.progress)
         edge_tasks, node_tasks, graph = plan(spec, tmp, chunk_size)
-        runner(write_node_chunk_task, node_tasks, "synth nodes")
-        runner(write_edge_chunk_task, edge_tasks, "synth edges")
+        runner(write_synth_chunk, node_tasks + edge_tasks, "synth")
         graph = finish_chunked(graph, tmp, manifest, runner)
         output.commit()
     return dataclasses.replace(graph, root=output.final)

@@ -21,7 +21,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import fresh_cluster, run_baseline, timer, worker_peak_rss_mb  # noqa: E402
+from common import (fresh_cluster, run_baseline, timer, worker_peak_rss_mb,  # noqa: E402
+                    worker_rss_now_mb)
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.csv as pacsv  # noqa: E402
@@ -68,16 +69,19 @@ def bench_csv(tmp: str, edges: int) -> dict:
     write_edge_csv(csv, edges)
     base = run_baseline(BASELINE.format(csv=csv, out=os.path.join(tmp, "baseline.parquet")))
     with fresh_cluster() as (opts, client):
+        idle = worker_rss_now_mb(client)
         with timer() as t:
             run_chunk(csv, os.path.join(tmp, "chunked"), "csv", ChunkOptions(), Transforms(),
                       opts, overwrite=True)
         rss = worker_peak_rss_mb(client)
-    ours = {"seconds": round(t["s"], 2), "worker_peak_rss_mb": rss}
+    ours = {"seconds": round(t["s"], 2), "worker_peak_rss_mb": rss,
+            "worker_idle_rss_mb": idle}
     return {"edges": edges, "csv_mb": round(os.path.getsize(csv) / 2**20),
             "graphprep": ours,
             "baseline_read_csv_write_table": {k: round(v, 2) for k, v in base.items()},
             "time_ratio": round(t["s"] / base["seconds"], 2),
-            "peak_rss_ratio": round(max(rss) / base["peak_rss_mb"], 3)}
+            "peak_rss_ratio": round(max(rss) / base["peak_rss_mb"], 3),
+            "peak_rss_above_idle_ratio": round((max(rss) - min(idle)) / base["peak_rss_mb"], 3)}
 
 
 def cluster_start_seconds() -> float:

@@ -24,6 +24,13 @@ def fresh_cluster(workers: int = 2):
         yield ClusterOptions(scheduler=cluster.scheduler_address, progress=False), client
 
 
+def worker_rss_now_mb(client) -> list[float]:
+    """Current RSS of each worker: before a job, the idle floor of a worker process."""
+    import psutil
+    return sorted(round(v / MB, 1) for v in
+                  client.run(lambda: psutil.Process().memory_info().rss).values())
+
+
 def worker_peak_rss_mb(client) -> list[float]:
     return sorted(round(v / MB, 1) for v in client.run(peak_rss_bytes).values())
 

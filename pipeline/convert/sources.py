@@ -64,14 +64,31 @@ class CsvColumns:
         return pacsv.ReadOptions(column_names=[f"c{i}" for i in range(self.num_columns)],
                                  skip_rows=1 if self.header else 0, use_threads=False, **kw)
 
-    def convert_options(self) -> pacsv.ConvertOptions:
+    def convert_options(self, typed: bool = True) -> pacsv.ConvertOptions:
+        """int64 columns (fast path), or strings to find the row that is not an integer."""
         names = [f"c{self.src}", f"c{self.dst}"]
-        return pacsv.ConvertOptions(include_columns=names,
-                                    column_types={n: pa.string() for n in names})
+        kind = pa.int64() if typed else pa.string()
+        return pacsv.ConvertOptions(include_columns=names, column_types={n: kind for n in names})
+
+    def parse_options(self, bad_rows: list) -> pacsv.ParseOptions:
+        return pacsv.ParseOptions(delimiter=self.delimiter, invalid_row_handler=_collect(bad_rows))
+
+
+def _typed_id_columns(table: pa.Table, cols: CsvColumns, path: str, row0: int):
+    """int64 columns -> arrays, naming the first missing value."""
+    out = []
+    for name, idx in (("src", cols.src), ("dst", cols.dst)):
+        col = table.column(f"c{idx}")
+        if col.null_count:
+            row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+            raise FormatError("missing node ID", file=path, field=name, row=row0 + row)
+        out.append(col.to_numpy())
+    return out
 
 
 def _parse_id_columns(table: pa.Table, cols: CsvColumns, path: str, row0: int):
-    """String columns -> int64 arrays, naming the first row that is not an integer."""
+    """String columns -> int64 arrays, naming the first row that is not an integer (the slow
+    path, taken only after the typed parse failed)."""
     out = []
     for name, idx in (("src", cols.src), ("dst", cols.dst)):
         col = table.column(f"c{idx}")
@@ -132,17 +149,21 @@ class CsvRange(EdgePart):
             return
         header_lines = int(self.start == 0 and self.columns.header)
         bad_rows = []
+
+        def parse(typed: bool) -> pa.Table:
+            return pacsv.read_csv(io.BytesIO(data), read_options=cols.read_options(),
+                                  parse_options=cols.parse_options(bad_rows),
+                                  convert_options=cols.convert_options(typed))
         try:
-            table = pacsv.read_csv(
-                io.BytesIO(data), read_options=cols.read_options(),
-                parse_options=pacsv.ParseOptions(delimiter=cols.delimiter,
-                                                 invalid_row_handler=_collect(bad_rows)),
-                convert_options=cols.convert_options())
+            table = parse(typed=True)
         except pa.ArrowInvalid as err:
-            raise _csv_parse_error(err, self.path, -header_lines, bad_rows) from None
+            if bad_rows:
+                raise _csv_parse_error(err, self.path, -header_lines, bad_rows) from None
+            src, dst = _parse_id_columns(parse(typed=False), cols, self.path, 0)
+            raise FormatError(f"CSV parse error: {err}", file=self.path) from None
         if bad_rows:
             raise _csv_parse_error(None, self.path, -header_lines, bad_rows)
-        src, dst = _parse_id_columns(table, cols, self.path, 0)
+        src, dst = _typed_id_columns(table, cols, self.path, 0)
         yield EdgeBlock(src, dst)
 
 
@@ -160,25 +181,42 @@ class CsvStream(EdgePart):
     columns: CsvColumns = CsvColumns()
 
     def blocks(self) -> Iterator[EdgeBlock]:
+        try:
+            yield from self._stream(typed=True)
+        except _NotInteger:
+            # Slow path: stream again as strings to name the row that is not an integer.
+            for _ in self._stream(typed=False):
+                pass
+            raise FormatError("CSV conversion error", file=self.path) from None
+
+    def _stream(self, typed: bool) -> Iterator[EdgeBlock]:
         cols, row0, bad_rows = self.columns, 0, []
         with open_file(self.path, compression="infer") as f:
             try:
-                reader = pacsv.open_csv(
-                    f, read_options=cols.read_options(STREAM_BLOCK_BYTES),
-                    parse_options=pacsv.ParseOptions(delimiter=cols.delimiter,
-                                                     invalid_row_handler=_collect(bad_rows)),
-                    convert_options=cols.convert_options())
+                reader = pacsv.open_csv(f, read_options=cols.read_options(STREAM_BLOCK_BYTES),
+                                        parse_options=cols.parse_options(bad_rows),
+                                        convert_options=cols.convert_options(typed))
                 for batch in reader:
                     if bad_rows:
                         break
-                    src, dst = _parse_id_columns(pa.Table.from_batches([batch]), cols,
-                                                 self.path, row0)
+                    table = pa.Table.from_batches([batch])
+                    ids = _typed_id_columns if typed else _parse_id_columns
+                    src, dst = ids(table, cols, self.path, row0)
                     row0 += len(src)
-                    yield EdgeBlock(src, dst)
+                    if typed:
+                        yield EdgeBlock(src, dst)
             except pa.ArrowInvalid as err:
-                raise _csv_parse_error(err, self.path, -int(cols.header), bad_rows) from None
+                if bad_rows:
+                    raise _csv_parse_error(err, self.path, -int(cols.header), bad_rows) from None
+                if typed:
+                    raise _NotInteger() from None
+                raise FormatError(f"CSV parse error: {err}", file=self.path) from None
         if bad_rows:
             raise _csv_parse_error(None, self.path, -int(cols.header), bad_rows)
+
+
+class _NotInteger(Exception):
+    """The typed parse met a value that is not an integer (the row is found on a second pass)."""
 
 
 @dataclass(frozen=True)

@@ -176,3 +176,57 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
                                                          dedupe), cluster, nan_policy, overwrite)
     if graph is not None:
         click.echo(_summary(graph))
+
+
+@prep.command()
+@click.argument("chunked", type=click.Path(exists=True, file_okay=False))
+@click.argument("out", type=click.Path(file_okay=False), required=False)
+@click.option("-p", "--num-parts", type=click.IntRange(1), default=None,
+              help="Number of partitions (required unless --stats).")
+@click.option("--method", type=click.Choice(["random", "metis"]), default="random",
+              help="random: seeded, exactly balanced per node type, chunk by chunk. metis: "
+                   "pymetis on the whole graph in one task (holds its CSR: see docs).")
+@click.option("--balance", default="", metavar="ntypes,train,edges",
+              help="METIS balance constraints: node counts per type, train_mask counts, "
+                   "in-degree (edges). Default: node counts.")
+@click.option("--objective", type=click.Choice(["cut", "vol"]), default="cut",
+              help="METIS objective: edge cut or communication volume.")
+@click.option("--imbalance", type=click.FloatRange(0.001, 1.0), default=0.03,
+              help="METIS: allowed imbalance per constraint (0.03 = parts up to 3% over even).")
+@click.option("--seed", type=int, default=0, help="Random seed (random and METIS).")
+@click.option("--stats", "stats_of", type=click.Path(exists=True, file_okay=False), default=None,
+              metavar="ASSIGNMENT",
+              help="Only compute the statistics of an existing assignment (graphprep's or "
+                   "DGL's <ntype>.txt) on CHUNKED and store them in its partition_meta.json.")
+@click.option("--dgl-compat", is_flag=True,
+              help="Also write DGL's <ntype>.txt assignment files.")
+@overwrite_option
+@cluster_options
+def partition(chunked, out, num_parts, method, balance, objective, imbalance, seed, stats_of,
+              dgl_compat, overwrite, cluster: ClusterOptions):
+    """Partition the chunked graph CHUNKED into the assignment folder OUT: a partition id per
+    node of every type, plus statistics (edge cut, per-part nodes/edges/splits/halo, imbalance)
+    printed as a table and stored in OUT/partition_meta.json.
+    """
+    from .partition import PartitionOptions, format_table, run_partition, run_stats
+    from .partition.base import BALANCE_KEYS
+
+    if stats_of:
+        click.echo(format_table(run_stats(chunked, stats_of, cluster)))
+        return
+    if out is None or num_parts is None:
+        raise click.UsageError("OUT and --num-parts are required (unless --stats)")
+    keys = tuple(k for k in balance.split(",") if k)
+    for k in keys:
+        if k not in BALANCE_KEYS:
+            raise click.BadParameter(f"{k!r} (choose from {', '.join(BALANCE_KEYS)})",
+                                     param_hint="--balance")
+    if keys and method != "metis":
+        raise click.BadParameter("balance constraints apply to --method metis (random is "
+                                 "exactly balanced per node type)", param_hint="--balance")
+    meta = run_partition(chunked, out, method, PartitionOptions(num_parts, seed, keys, objective,
+                                                                imbalance),
+                         cluster, overwrite, dgl_compat)
+    if meta is not None:
+        click.echo(f"{out}: {meta.algo_name}, {meta.num_parts} parts")
+        click.echo(format_table(meta.stats))

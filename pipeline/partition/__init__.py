@@ -1,0 +1,83 @@
+"""``prep partition``: a chunked graph -> a partition assignment (DESIGN §2), with statistics.
+
+Methods are plug-ins (:class:`pipeline.partition.base.Partitioner`) registered in
+``PARTITIONERS``; a new method only implements ``assign``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+import numpy as np
+
+from formats import load_chunked_graph
+from formats.assignment import AssignmentMeta, load_assignment, write_meta
+from formats.output import AtomicOutput, MANIFEST, fingerprint, make_manifest, write_json
+from ..cluster import ClusterOptions, TaskRunner, dask_client
+from ..step import up_to_date
+from .base import PartitionOptions
+from .metis_method import MetisPartitioner
+from .random_method import RandomPartitioner
+from .stats import format_table, partition_stats
+
+log = logging.getLogger(__name__)
+
+PARTITIONERS = {"random": RandomPartitioner, "metis": MetisPartitioner}
+
+
+def run_partition(chunked: str, out: str, method: str, options: PartitionOptions,
+                  cluster: ClusterOptions, overwrite: bool = False, dgl_compat: bool = False):
+    """Partition the chunked graph at ``chunked`` into the assignment folder ``out``.
+
+    Returns the assignment's metadata (None when ``out`` is already up to date).
+    """
+    graph = load_chunked_graph(chunked)
+    fp = fingerprint(chunked)
+    opts = {k: v for k, v in dataclasses.asdict(options).items() if k != "seed"}
+    opts.update(method=method, dgl_compat=dgl_compat)
+    manifest = make_manifest("partition", {os.path.abspath(chunked): fp}, opts, options.seed)
+    if up_to_date(out, manifest, overwrite):
+        return None
+    output = AtomicOutput(out)
+    with output as tmp, dask_client(cluster) as client:
+        runner = TaskRunner(client, cluster.progress)
+        partitioner = PARTITIONERS[method]()
+        algo = partitioner.assign(graph, options, runner, tmp)
+        meta = AssignmentMeta(options.num_parts, algo, graph.graph_name, options.seed, fp,
+                              graph.node_types, manifest["options"])
+        write_meta(tmp, meta)
+        assignment = load_assignment(tmp, graph)          # checks lengths and ranges
+        stats = partition_stats(graph, assignment, runner)
+        stats.update(getattr(partitioner, "info", {}))
+        meta = dataclasses.replace(meta, stats=stats)
+        write_meta(tmp, meta)
+        if dgl_compat:
+            write_dgl_txt(tmp, graph.node_types)
+        write_json(os.path.join(tmp, MANIFEST), manifest)
+        output.commit()
+    return meta
+
+
+def write_dgl_txt(folder: str, node_types) -> None:
+    """DGL's ``<ntype>.txt`` (one partition id per line), written in slices."""
+    for t in node_types:
+        parts = np.load(os.path.join(folder, f"{t}.npy"), mmap_mode="r")
+        with open(os.path.join(folder, f"{t}.txt"), "w") as f:
+            for s in range(0, len(parts), 1 << 22):
+                np.savetxt(f, np.asarray(parts[s:s + (1 << 22)]), fmt="%d")
+
+
+def run_stats(chunked: str, assignment_dir: str, cluster: ClusterOptions) -> dict:
+    """Statistics of an existing assignment (graphprep's or DGL's) on ``chunked``; stored into
+    its ``partition_meta.json``."""
+    graph = load_chunked_graph(chunked)
+    assignment = load_assignment(assignment_dir, graph)
+    with dask_client(cluster) as client:
+        stats = partition_stats(graph, assignment, TaskRunner(client, cluster.progress))
+    write_meta(assignment_dir, dataclasses.replace(assignment.meta, stats=stats))
+    return stats
+
+
+__all__ = ["PARTITIONERS", "PartitionOptions", "run_partition", "run_stats", "format_table"]

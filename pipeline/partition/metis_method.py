@@ -1,0 +1,134 @@
+"""``--method metis``: pymetis on the whole graph, in one Dask task.
+
+The task assembles the symmetrized, deduplicated, self-loop-free homogeneous graph of all edge
+types (node types offset into one ID space) chunk by chunk, then calls METIS. **It holds the
+whole graph's CSR in that worker's memory**: 8 bytes per node (xadj) + 16 bytes per input edge
+(adjncy, both directions) + 8 bytes per node per balance constraint, plus METIS's own working
+copies (about 3-5x the CSR), and during assembly the sorted edge keys (16 bytes per edge).
+Use the scalable partitioner for graphs whose CSR does not fit one machine.
+
+METIS treats balance as a target; a greedy pass (``rebalance``) then moves the cheapest
+boundary nodes until every constraint is within ``--imbalance``.
+
+Balance constraints (METIS multi-constraint vertex weights, like DGL's):
+``ntypes`` one column per node type (else one column of ones: node counts), ``train`` the
+train_mask, ``edges`` the in-degree.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from formats import ChunkedGraph, FormatError, read_array_chunk, read_edge_chunk
+from .base import PartitionOptions
+from .metis_capi import part_graph
+from .rebalance import rebalance
+
+OBJECTIVES = {"cut": 0, "vol": 1}
+
+
+def type_offsets(graph: ChunkedGraph) -> dict[str, int]:
+    offsets, total = {}, 0
+    for t in graph.node_types:
+        offsets[t] = total
+        total += graph.num_nodes[t]
+    return offsets
+
+
+def symmetric_csr(graph: ChunkedGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(xadj, adjncy, in_degree)`` of the undirected simple graph over all node types."""
+    offsets = type_offsets(graph)
+    n = sum(graph.num_nodes.values())
+    keys, in_degree = [], np.zeros(n, dtype=np.int64)
+    for et in graph.edge_types:
+        for rel in graph.edges[et].files:
+            src, dst = read_edge_chunk(graph.path(rel), graph.edges[et])
+            src, dst = src + offsets[et.src], dst + offsets[et.dst]
+            in_degree += np.bincount(dst, minlength=n)
+            keep = src != dst
+            src, dst = src[keep], dst[keep]
+            keys.append(np.unique(np.concatenate([src * n + dst, dst * n + src])))
+    keys = np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64)
+    row, col = keys // n, keys % n
+    xadj = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row, minlength=n), out=xadj[1:])
+    return xadj, col, in_degree
+
+
+def vertex_weights(graph: ChunkedGraph, balance: tuple[str, ...], in_degree: np.ndarray):
+    """``[n, ncon]`` int64 METIS vertex weights for the requested constraints."""
+    offsets = type_offsets(graph)
+    n = len(in_degree)
+    columns = []
+    if "ntypes" in balance and len(graph.node_types) > 1:
+        for t in graph.node_types:
+            col = np.zeros(n, dtype=np.int64)
+            col[offsets[t]:offsets[t] + graph.num_nodes[t]] = 1
+            columns.append(col)
+    else:
+        columns.append(np.ones(n, dtype=np.int64))
+    if "train" in balance:
+        columns.append(train_column(graph, n))
+    if "edges" in balance:
+        columns.append(in_degree)
+    return np.stack(columns, axis=1)
+
+
+def train_column(graph: ChunkedGraph, n: int) -> np.ndarray:
+    offsets = type_offsets(graph)
+    col = np.zeros(n, dtype=np.int64)
+    found = False
+    for t in graph.node_types:
+        files = graph.node_data.get(t, {}).get("train_mask")
+        if files is None:
+            continue
+        found = True
+        pos = offsets[t]
+        for rel in files.files:
+            mask = np.asarray(read_array_chunk(graph.path(rel), files)).astype(bool)
+            col[pos:pos + len(mask)] = mask
+            pos += len(mask)
+    if not found or col.sum() == 0:
+        raise FormatError("--balance train needs node data 'train_mask' with at least one true "
+                          "row, and the graph has none", file=graph.path("metadata.json"),
+                          field="node_data.*.train_mask")
+    return col
+
+
+@dataclass(frozen=True)
+class MetisTask:
+    graph: ChunkedGraph
+    options: PartitionOptions
+    out: str
+
+
+def metis_parts(task: MetisTask) -> dict:
+    """Build the CSR, run METIS, write ``<ntype>.npy``. Returns METIS's own edge cut."""
+    graph, opts = task.graph, task.options
+    xadj, adjncy, in_degree = symmetric_csr(graph)
+    weights = vertex_weights(graph, opts.balance, in_degree)
+    cut, parts = part_graph(opts.num_parts, xadj, adjncy, weights, seed=opts.seed,
+                            objective=OBJECTIVES[opts.objective],
+                            ufactor=max(1, int(round(opts.imbalance * 1000))))
+    if opts.num_parts > 1:
+        parts = rebalance(parts, xadj, adjncy, weights, opts.num_parts, opts.imbalance)
+    for t, off in type_offsets(graph).items():
+        np.save(os.path.join(task.out, f"{t}.npy"),
+                parts[off:off + graph.num_nodes[t]].astype(np.int32))
+    return {"metis_edge_cut": int(cut), "csr_bytes": int(xadj.nbytes + adjncy.nbytes +
+                                                           weights.nbytes)}
+
+
+class MetisPartitioner:
+    name = "metis"
+
+    def assign(self, graph: ChunkedGraph, options: PartitionOptions, runner, out: str) -> str:
+        if "train" in options.balance:   # fail fast, before the graph is assembled
+            has = any("train_mask" in graph.node_data.get(t, {}) for t in graph.node_types)
+            if not has:
+                train_column(graph, 0)
+        (self.info,) = runner(metis_parts, [MetisTask(graph, options, out)], "metis")
+        return self.name

@@ -1,0 +1,52 @@
+"""``--method random``: seeded, exactly balanced per node type, computed chunk by chunk.
+
+Node ``i`` of a type goes to part ``perm(i) mod P`` where ``perm`` is a keyed pseudorandom
+permutation of the type's IDs: part sizes differ by at most one node, every part gets a node of
+every type with >= P nodes, and a task computes its slice alone (identical output for any
+number of workers or chunks). A task holds one slice of IDs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from formats import ChunkedGraph
+from .base import PartitionOptions, create_assignment_files
+from .permutation import FeistelPermutation
+
+SLICE = 1 << 22
+
+
+@dataclass(frozen=True)
+class RandomSliceTask:
+    path: str
+    num_nodes: int
+    type_index: int
+    start: int
+    stop: int
+    num_parts: int
+    seed: int
+
+
+def random_parts(task: RandomSliceTask) -> None:
+    perm = FeistelPermutation(task.num_nodes, task.seed, stream=task.type_index)
+    parts = np.load(task.path, mmap_mode="r+")
+    parts[task.start:task.stop] = perm(np.arange(task.start, task.stop)) % task.num_parts
+    parts.flush()
+
+
+class RandomPartitioner:
+    name = "random"
+
+    def assign(self, graph: ChunkedGraph, options: PartitionOptions, runner, out: str) -> str:
+        create_assignment_files(graph, out)
+        tasks = [RandomSliceTask(os.path.join(out, f"{t}.npy"), graph.num_nodes[t], i, s,
+                                 min(s + SLICE, graph.num_nodes[t]), options.num_parts,
+                                 options.seed)
+                 for i, t in enumerate(graph.node_types)
+                 for s in range(0, graph.num_nodes[t], SLICE)]
+        runner(random_parts, tasks, "random partition")
+        return self.name

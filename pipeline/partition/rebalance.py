@@ -1,0 +1,100 @@
+"""Enforce balance constraints after METIS, which treats them as targets, not limits.
+
+A greedy boundary pass in the spirit of FM balancing: while some part exceeds the cap of some
+constraint (``total / P * (1 + imbalance)``), take the nodes of that part that carry weight in
+that constraint, and move the ones whose move costs the least cut (gain = neighbours in the
+target part - neighbours at home) to parts with room in *every* constraint. Vectorized per
+round; holds the CSR (already held for METIS) and a candidates x parts count matrix.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def loads_of(parts: np.ndarray, weights: np.ndarray, num_parts: int) -> np.ndarray:
+    """``[num_parts, ncon]`` total weight per part and constraint."""
+    return np.stack([np.bincount(parts, weights=weights[:, c], minlength=num_parts)
+                     for c in range(weights.shape[1])], axis=1)
+
+
+def _neighbour_part_counts(cand, parts, xadj, adjncy, num_parts):
+    starts, ends = xadj[cand], xadj[cand + 1]
+    deg = ends - starts
+    rows = np.repeat(np.arange(len(cand)), deg)
+    offsets = np.arange(deg.sum()) - np.repeat(np.cumsum(deg) - deg, deg)
+    nbrs = adjncy[np.repeat(starts, deg) + offsets]
+    counts = np.zeros((len(cand), num_parts), dtype=np.int64)
+    np.add.at(counts, (rows, parts[nbrs]), 1)
+    return counts
+
+
+def rebalance(parts: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray,
+              num_parts: int, imbalance: float, max_rounds: int = 100) -> np.ndarray:
+    """Return ``parts`` with every constraint within its cap where moves allow it."""
+    parts = parts.copy()
+    caps = weights.sum(axis=0) / num_parts * (1 + imbalance)
+    for _ in range(max_rounds):
+        loads = loads_of(parts, weights, num_parts)
+        over = (loads - caps) / np.maximum(caps, 1)
+        p, c = np.unravel_index(np.argmax(over), over.shape)
+        if over[p, c] <= 0:
+            break
+        excess = loads[p, c] - caps[c]
+        cand = np.flatnonzero((parts == p) & (weights[:, c] > 0))
+        conn = _neighbour_part_counts(cand, parts, xadj, adjncy, num_parts)
+        room = caps[None, :] - loads                                # [P, ncon]
+        fits = (weights[cand][:, None, :] <= room[None, :, :]).all(axis=2)
+        fits[:, p] = False
+        gain = np.where(fits, conn - conn[:, [p]], np.iinfo(np.int64).min)
+        target = gain.argmax(axis=1)
+        ok = fits[np.arange(len(cand)), target]
+        moved = 0.0
+        for q in range(num_parts):  # fill each target up to its room, best gain first
+            mine = np.flatnonzero(ok & (target == q))
+            mine = mine[np.argsort(-gain[mine, q], kind="stable")]
+            w = weights[cand[mine]]
+            fit = (np.cumsum(w, axis=0) <= room[q]).all(axis=1)
+            take = np.cumsum(w[:, c]) - w[:, c] < excess - moved
+            chosen = mine[fit & take]
+            parts[cand[chosen]] = q
+            moved += weights[cand[chosen], c].sum()
+            if moved >= excess:
+                break
+        if moved == 0 and not _swap(parts, p, c, excess, loads, caps, weights, xadj, adjncy,
+                                    num_parts):
+            log.warning("rebalance: part %d stays over the cap of constraint %d", p, c)
+            break
+    return parts
+
+
+def _swap(parts, p, c, excess, loads, caps, weights, xadj, adjncy, num_parts) -> bool:
+    """When no single move fits (targets full in another constraint), swap nodes carrying
+    constraint ``c`` out of ``p`` against nodes of the target carrying none of it."""
+    q = int(np.argmin(np.where(np.arange(num_parts) == p, np.inf, loads[:, c])))
+    out = np.flatnonzero((parts == p) & (weights[:, c] > 0))
+    back = np.flatnonzero((parts == q) & (weights[:, c] == 0))
+    if len(out) == 0 or len(back) == 0:
+        return False
+    g_out = _neighbour_part_counts(out, parts, xadj, adjncy, num_parts)
+    g_back = _neighbour_part_counts(back, parts, xadj, adjncy, num_parts)
+    out = out[np.argsort(-(g_out[:, q] - g_out[:, p]), kind="stable")]
+    back = back[np.argsort(-(g_back[:, p] - g_back[:, q]), kind="stable")]
+    per_node = max(float(weights[out, c].min()), 1.0)
+    k = int(min(np.ceil(excess / per_node), len(out), len(back),
+                max((caps[c] - loads[q, c]) // per_node, 1)))
+    while k > 0:
+        delta = weights[out[:k]].sum(axis=0) - weights[back[:k]].sum(axis=0)
+        new_p, new_q = loads[p] - delta, loads[q] + delta
+        worse_p = (new_p > caps) & (new_p > loads[p])
+        worse_q = (new_q > caps) & (new_q > loads[q])
+        worse_p[c] = worse_q[c] = False
+        if not (worse_p.any() or worse_q.any()) and new_q[c] <= max(caps[c], loads[q, c]):
+            parts[out[:k]], parts[back[:k]] = q, p
+            return True
+        k //= 2
+    return False

@@ -1,0 +1,146 @@
+"""Partition statistics, streamed over the chunks of the graph and of the assignment.
+
+One task per edge chunk (holds the chunk; looks up parts in the memory-mapped assignment) and
+one per node range (holds the range and its masks). The client merges counts, and for halo
+counts the distinct (part, source node) keys of cut edges: at most one 8-byte key per halo
+node per part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from formats import ChunkedGraph, ChunkFiles, EdgeType, read_edge_chunk
+from formats.arrays import array_info
+from formats.assignment import Assignment
+from ..convert.sources import ChunkedArray
+
+SPLITS = ("train_mask", "val_mask", "test_mask")
+NODE_SLICE = 1 << 22
+
+
+@dataclass(frozen=True)
+class EdgeStatsTask:
+    path: str
+    files: ChunkFiles
+    etype: EdgeType
+    assignment: Assignment
+    num_src: int
+
+
+def edge_chunk_stats(task: EdgeStatsTask):
+    """``(owned edges per part, cut edges, unique halo keys part * num_src + src)``."""
+    p = task.assignment.meta.num_parts
+    src, dst = read_edge_chunk(task.path, task.files)
+    ps = np.asarray(task.assignment.parts_of(task.etype.src)[src])
+    pd = np.asarray(task.assignment.parts_of(task.etype.dst)[dst])
+    cut = ps != pd
+    keys = np.unique(pd[cut].astype(np.int64) * task.num_src + src[cut])
+    return np.bincount(pd, minlength=p), int(cut.sum()), keys
+
+
+@dataclass(frozen=True)
+class NodeStatsTask:
+    ntype: str
+    start: int
+    stop: int
+    assignment: Assignment
+    masks: tuple[tuple[str, ChunkedArray], ...]
+
+
+def node_range_stats(task: NodeStatsTask) -> dict[str, np.ndarray]:
+    p = task.assignment.meta.num_parts
+    parts = np.asarray(task.assignment.parts_of(task.ntype)[task.start:task.stop])
+    out = {"nodes": np.bincount(parts, minlength=p)}
+    for name, source in task.masks:
+        mask = np.asarray(source.read(task.start, task.stop)).astype(bool)
+        out[name] = np.bincount(parts[mask], minlength=p)
+    return out
+
+
+def _imbalance(counts) -> float:
+    counts = np.asarray(counts, dtype=float)
+    return round(float(counts.max() / counts.mean()), 4) if counts.sum() else 1.0
+
+
+def partition_stats(graph: ChunkedGraph, assignment: Assignment, runner) -> dict:
+    """Edge cut, per-part nodes/edges/splits/halo and imbalance per constraint (a JSON dict)."""
+    p = assignment.meta.num_parts
+    edge_tasks = [EdgeStatsTask(graph.path(rel), graph.edges[et], et, assignment,
+                                graph.num_nodes[et.src])
+                  for et in graph.edge_types for rel in graph.edges[et].files]
+    node_tasks = []
+    for t in graph.node_types:
+        masks = tuple((name, _chunked(graph, graph.node_data[t][name]))
+                      for name in SPLITS if name in graph.node_data.get(t, {}))
+        node_tasks += [NodeStatsTask(t, s, min(s + NODE_SLICE, graph.num_nodes[t]), assignment,
+                                     masks) for s in range(0, graph.num_nodes[t], NODE_SLICE)]
+    edge_results = runner(edge_chunk_stats, edge_tasks, "stats (edges)")
+    node_results = runner(node_range_stats, node_tasks, "stats (nodes)")
+
+    edges_per_part = np.zeros(p, dtype=np.int64)
+    cut = 0
+    halo_keys: dict[str, list] = {t: [] for t in graph.node_types}
+    for task, (owned, n_cut, keys) in zip(edge_tasks, edge_results):
+        edges_per_part += owned
+        cut += n_cut
+        halo_keys[task.etype.src].append(keys)
+    halo = {}
+    for t, keys in halo_keys.items():
+        merged = np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64)
+        halo[t] = np.bincount(merged // graph.num_nodes[t], minlength=p).tolist()
+    nodes = {t: np.zeros(p, dtype=np.int64) for t in graph.node_types}
+    splits = {name: np.zeros(p, dtype=np.int64) for name in SPLITS}
+    has_split = set()
+    for task, res in zip(node_tasks, node_results):
+        nodes[task.ntype] += res["nodes"]
+        for name in SPLITS:
+            if name in res:
+                splits[name] += res[name]
+                has_split.add(name)
+    total_edges = sum(graph.num_edges.values())
+    stats = {
+        "num_parts": p,
+        "num_edges": total_edges,
+        "edge_cut": cut,
+        "cut_ratio": round(cut / total_edges, 6) if total_edges else 0.0,
+        "nodes_per_part": {t: v.tolist() for t, v in nodes.items()},
+        "edges_per_part": edges_per_part.tolist(),
+        "halo_per_part": halo,
+    }
+    for name in SPLITS:
+        if name in has_split:
+            stats[f"{name.split('_')[0]}_per_part"] = splits[name].tolist()
+    all_nodes = sum(nodes.values())
+    imbalance = {"nodes": _imbalance(all_nodes), "edges": _imbalance(edges_per_part)}
+    imbalance.update({f"nodes[{t}]": _imbalance(v) for t, v in nodes.items()})
+    if "train_mask" in has_split:
+        imbalance["train"] = _imbalance(splits["train_mask"])
+    stats["imbalance"] = imbalance
+    return stats
+
+
+def _chunked(graph: ChunkedGraph, files: ChunkFiles) -> ChunkedArray:
+    rows = tuple(array_info(graph.path(f), files).rows for f in files.files)
+    return ChunkedArray(graph.root, graph.root, files, rows)
+
+
+def format_table(stats: dict) -> str:
+    """The statistics as a text table, one row per part."""
+    p = stats["num_parts"]
+    cols = [(f"nodes[{t}]", v) for t, v in stats["nodes_per_part"].items()]
+    cols.append(("edges", stats["edges_per_part"]))
+    cols += [(k.replace("_per_part", ""), stats[k]) for k in
+             ("train_per_part", "val_per_part", "test_per_part") if k in stats]
+    cols += [(f"halo[{t}]", v) for t, v in stats["halo_per_part"].items() if sum(v)]
+    widths = [max(len(name), *(len(f"{x:,}") for x in vals)) for name, vals in cols]
+    lines = ["part  " + "  ".join(name.rjust(w) for (name, _), w in zip(cols, widths))]
+    for i in range(p):
+        lines.append(f"{i:>4}  " + "  ".join(f"{vals[i]:,}".rjust(w)
+                                            for (_, vals), w in zip(cols, widths)))
+    imb = ", ".join(f"{k} {v:.3f}" for k, v in stats["imbalance"].items())
+    lines.append(f"edge cut {stats['edge_cut']:,} of {stats['num_edges']:,} edges "
+                 f"({100 * stats['cut_ratio']:.2f}%); imbalance (max/mean): {imb}")
+    return "\n".join(lines)

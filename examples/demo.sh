@@ -22,6 +22,10 @@ else
   echo "== (../shared/data/planetoid not here: skipping Cora)"
 fi
 
+echo "== prep partition: random and METIS (train-balanced) into 4 parts"
+"$PREP" partition "$OUT/synth" "$OUT/parts-random" -p 4 --method random
+"$PREP" partition "$OUT/synth" "$OUT/parts-metis" -p 4 --method metis --balance train
+
 echo "== prep chunk: a chunked graph in (DGL's format reader), re-chunked and validated"
 "$PREP" chunk "$OUT/synth" "$OUT/synth-rechunked" --chunk-size 50000
 echo "demo done: outputs in $OUT/"

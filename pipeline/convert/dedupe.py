@@ -2,7 +2,7 @@
 
 Phase 1, one task per chunk: key = src * num_dst + dst, bucket = hash(key) mod B; the chunk's
 keys are written sorted by bucket with B+1 offsets. Phase 2, one task per bucket: the bucket's
-slice of every phase-1 file (memory-mapped), ``np.unique``, written as one output chunk.
+slice of every phase-1 file (memory-mapped), sorted and deduplicated, written as one output chunk.
 A task holds one chunk (phase 1) or one bucket, about one chunk (phase 2).
 """
 
@@ -16,6 +16,7 @@ import numpy as np
 
 from formats import ChunkFiles, EdgeType, read_edge_chunk
 from formats.output import write_edge_chunk
+from ..arrayops import unique_ints
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
@@ -58,7 +59,7 @@ def merge_bucket(task: MergeTask) -> int:
         offsets = np.load(s + ".offsets.npy")
         keys = np.load(s + ".keys.npy", mmap_mode="r")
         parts.append(np.asarray(keys[offsets[task.bucket]:offsets[task.bucket + 1]]))
-    keys = np.unique(np.concatenate(parts))
+    keys = unique_ints(np.concatenate(parts), inplace=True)
     write_edge_chunk(task.target, keys // task.num_dst, keys % task.num_dst)
     return len(keys)
 

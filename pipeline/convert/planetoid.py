@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 
 from formats import EdgeType, FormatError
+from ..arrayops import unique_ints
 from .arrays_in import edge_index_parts, stage
 from .sources import EdgeSource, SourceGraph
 
@@ -77,7 +78,7 @@ def read_planetoid(folder: str, name: str):
     masks["test_mask"][test_sorted] = True
     src = np.concatenate([np.full(len(v), k, dtype=np.int64) for k, v in graph.items()])
     dst = np.concatenate([np.asarray(v, dtype=np.int64) for v in graph.values()])
-    keys = np.unique(np.concatenate([src * n + dst, dst * n + src]))
+    keys = unique_ints(np.concatenate([src * n + dst, dst * n + src]), inplace=True)
     src, dst = keys // n, keys % n
     keep = src != dst
     return np.stack([src[keep], dst[keep]]), feat, label, masks

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from formats import ChunkedGraph, FormatError, read_array_chunk, read_edge_chunk
+from ..arrayops import unique_ints
 from .base import PartitionOptions
 from .metis_capi import part_graph
 from .rebalance import rebalance
@@ -38,30 +39,35 @@ def type_offsets(graph: ChunkedGraph) -> dict[str, int]:
     return offsets
 
 
-def symmetric_csr(graph: ChunkedGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(xadj, adjncy, in_degree)`` of the undirected simple graph over all node types."""
+def symmetric_csr(graph: ChunkedGraph, with_in_degree: bool = False):
+    """``(xadj, adjncy, in_degree or None)`` of the undirected simple graph over all node types.
+
+    Holds the edge keys of both directions (16 bytes per edge) while sorting them once.
+    """
     offsets = type_offsets(graph)
     n = sum(graph.num_nodes.values())
-    keys, in_degree = [], np.zeros(n, dtype=np.int64)
+    keys = []
+    in_degree = np.zeros(n, dtype=np.int64) if with_in_degree else None
     for et in graph.edge_types:
         for rel in graph.edges[et].files:
             src, dst = read_edge_chunk(graph.path(rel), graph.edges[et])
             src, dst = src + offsets[et.src], dst + offsets[et.dst]
-            in_degree += np.bincount(dst, minlength=n)
+            if with_in_degree:
+                in_degree += np.bincount(dst, minlength=n)
             keep = src != dst
-            src, dst = src[keep], dst[keep]
-            keys.append(np.unique(np.concatenate([src * n + dst, dst * n + src])))
-    keys = np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64)
-    row, col = keys // n, keys % n
+            keys += [src[keep] * n + dst[keep], dst[keep] * n + src[keep]]
+            del src, dst, keep
+    keys = unique_ints(np.concatenate(keys), inplace=True) if keys else np.empty(0, np.int64)
     xadj = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row, minlength=n), out=xadj[1:])
-    return xadj, col, in_degree
+    np.cumsum(np.bincount(keys // n, minlength=n), out=xadj[1:])
+    keys %= n  # in place: the column of each key is its neighbour
+    return xadj, keys, in_degree
 
 
-def vertex_weights(graph: ChunkedGraph, balance: tuple[str, ...], in_degree: np.ndarray):
+def vertex_weights(graph: ChunkedGraph, balance: tuple[str, ...], in_degree: np.ndarray | None):
     """``[n, ncon]`` int64 METIS vertex weights for the requested constraints."""
     offsets = type_offsets(graph)
-    n = len(in_degree)
+    n = sum(graph.num_nodes.values())
     columns = []
     if "ntypes" in balance and len(graph.node_types) > 1:
         for t in graph.node_types:
@@ -108,7 +114,7 @@ class MetisTask:
 def metis_parts(task: MetisTask) -> dict:
     """Build the CSR, run METIS, write ``<ntype>.npy``. Returns METIS's own edge cut."""
     graph, opts = task.graph, task.options
-    xadj, adjncy, in_degree = symmetric_csr(graph)
+    xadj, adjncy, in_degree = symmetric_csr(graph, with_in_degree="edges" in opts.balance)
     weights = vertex_weights(graph, opts.balance, in_degree)
     cut, parts = part_graph(opts.num_parts, xadj, adjncy, weights, seed=opts.seed,
                             objective=OBJECTIVES[opts.objective],

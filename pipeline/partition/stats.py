@@ -15,6 +15,7 @@ import numpy as np
 from formats import ChunkedGraph, ChunkFiles, EdgeType, read_edge_chunk
 from formats.arrays import array_info
 from formats.assignment import Assignment
+from ..arrayops import unique_ints
 from ..convert.sources import ChunkedArray
 
 SPLITS = ("train_mask", "val_mask", "test_mask")
@@ -37,7 +38,7 @@ def edge_chunk_stats(task: EdgeStatsTask):
     ps = np.asarray(task.assignment.parts_of(task.etype.src)[src])
     pd = np.asarray(task.assignment.parts_of(task.etype.dst)[dst])
     cut = ps != pd
-    keys = np.unique(pd[cut].astype(np.int64) * task.num_src + src[cut])
+    keys = unique_ints(pd[cut].astype(np.int64) * task.num_src + src[cut], inplace=True)
     return np.bincount(pd, minlength=p), int(cut.sum()), keys
 
 
@@ -89,7 +90,8 @@ def partition_stats(graph: ChunkedGraph, assignment: Assignment, runner) -> dict
         halo_keys[task.etype.src].append(keys)
     halo = {}
     for t, keys in halo_keys.items():
-        merged = np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64)
+        merged = (unique_ints(np.concatenate(keys), inplace=True) if keys
+                  else np.empty(0, np.int64))
         halo[t] = np.bincount(merged // graph.num_nodes[t], minlength=p).tolist()
     nodes = {t: np.zeros(p, dtype=np.int64) for t in graph.node_types}
     splits = {name: np.zeros(p, dtype=np.int64) for name in SPLITS}

@@ -1,0 +1,90 @@
+"""Benchmark of prep partition; prints one JSON object.
+
+On a synth graph of 10^7 edges (``--edges`` to change), for P = 2, 4, 8: time, worker peak
+RSS and edge cut of ``--method random`` and ``--method metis``, and graphprep's METIS step
+(CSR assembly from the chunks + METIS + assignment + statistics) against a direct
+single-process pymetis call on the same graph in the same run (the baseline reads the same
+Parquet chunks, builds the same symmetric CSR with numpy and calls ``pymetis.part_graph``).
+Each measurement uses fresh processes, so peak RSS is that run's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import fresh_cluster, run_baseline, timer, worker_peak_rss_mb  # noqa: E402
+
+from pipeline.partition import PartitionOptions, run_partition  # noqa: E402
+from pipeline.synth import SynthSpec  # noqa: E402
+from pipeline.synth_job import run_synth  # noqa: E402
+
+DIRECT = """
+import glob, time, numpy as np, pyarrow.parquet as pq, pymetis
+t = time.perf_counter()
+files = sorted(glob.glob({graph!r} + "/edges/*/*.parquet"))
+tables = [pq.read_table(f) for f in files]
+src = np.concatenate([t_.column("src").to_numpy() for t_ in tables])
+dst = np.concatenate([t_.column("dst").to_numpy() for t_ in tables])
+n = {n}
+keep = src != dst
+keys = np.concatenate([src[keep] * n + dst[keep], dst[keep] * n + src[keep]])
+keys.sort()  # sort + mask: numpy 2.4's np.unique is ~100x slower (see pipeline/arrayops.py)
+keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
+del src, dst, keep, tables
+row, col = keys // n, keys % n
+xadj = np.zeros(n + 1, dtype=np.int64)
+np.cumsum(np.bincount(row, minlength=n), out=xadj[1:])
+del keys, row
+cut, parts = pymetis.part_graph({p}, adjacency=pymetis.CSRAdjacency(xadj, col),
+                                options=pymetis.Options(seed=0, ufactor=30))
+parts = np.asarray(parts)
+RESULT = {{"seconds": time.perf_counter() - t, "metis_edge_cut": cut}}
+"""
+
+
+def run_ours(graph: str, out: str, method: str, p: int) -> dict:
+    with fresh_cluster() as (opts, client):
+        with timer() as t:
+            meta = run_partition(graph, out, method, PartitionOptions(p), opts, overwrite=True)
+        rss = worker_peak_rss_mb(client)
+    s = meta.stats
+    return {"seconds": round(t["s"], 2), "worker_peak_rss_mb": rss, "edge_cut": s["edge_cut"],
+            "cut_ratio": s["cut_ratio"], "imbalance_nodes": s["imbalance"]["nodes"]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--edges", type=int, default=10**7)
+    ap.add_argument("--parts", default="2,4,8")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="bench_partition_")
+    try:
+        graph = os.path.join(tmp, "graph")
+        spec = SynthSpec(num_nodes=args.edges // 10, num_edges=args.edges, feat_dim=8)
+        with fresh_cluster() as (opts, _):
+            run_synth(spec, graph, 1 << 20, opts)
+        result = {"graph": {"nodes": spec.num_nodes, "edges": spec.num_edges}, "runs": {}}
+        for p in (int(x) for x in args.parts.split(",")):
+            rnd = run_ours(graph, os.path.join(tmp, f"r{p}"), "random", p)
+            metis = run_ours(graph, os.path.join(tmp, f"m{p}"), "metis", p)
+            direct = run_baseline(DIRECT.format(graph=graph, n=spec.num_nodes, p=p))
+            result["runs"][str(p)] = {
+                "random": rnd, "metis": metis,
+                "direct_pymetis": {k: round(v, 2) if isinstance(v, float) else v
+                                   for k, v in direct.items() if v is not None},
+                "metis_overhead_time": round(metis["seconds"] / direct["seconds"], 3),
+                "metis_overhead_peak_rss": round(max(metis["worker_peak_rss_mb"])
+                                                 / direct["peak_rss_mb"], 3)}
+        print(json.dumps(result, indent=2))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -332,3 +332,11 @@ def test_rerun_after_failure_and_unknown_input(tmp_path, prep):
     prep("chunk", tmp_path / "e.csv", tmp_path / "out")
     r = prep("chunk", tmp_path / "e.csv", tmp_path / "out")          # up to date: no-op
     assert "_N" not in r.output
+
+
+def test_parquet_null_id_row_is_exact(tmp_path, prep):
+    src = pa.array(list(range(3000)), pa.int64())
+    dst = pa.array([1] * 2500 + [None] + [2] * 499, pa.int64())
+    pq.write_table(pa.table({"src": src, "dst": dst}), tmp_path / "e.parquet", row_group_size=1000)
+    r = prep("chunk", tmp_path / "e.parquet", tmp_path / "out", "--chunk-size", 1000, code=2)
+    assert "field 'dst'" in r.output and "row 2500" in r.output and "missing value" in r.output

@@ -235,13 +235,17 @@ class ParquetEdges(EdgePart):
 
     def blocks(self) -> Iterator[EdgeBlock]:
         pf = pq.ParquetFile(open_file(self.path) if is_url(self.path) else self.path)
-        row0 = self.row_start
+        rows_before = 0  # rows of this part before the current row group
         for g in range(self.first_group, self.last_group):
             table = pf.read_row_group(g, columns=[self.src_col, self.dst_col])
-            src = _int_column(table.column(self.src_col), self.path, self.src_col)
-            dst = _int_column(table.column(self.dst_col), self.path, self.dst_col)
+            try:
+                src = _int_column(table.column(self.src_col), self.path, self.src_col)
+                dst = _int_column(table.column(self.dst_col), self.path, self.dst_col)
+            except FormatError as err:  # row within the group -> row within the part
+                raise FormatError(err.message, file=err.file, field=err.field,
+                                  row=None if err.row is None else err.row + rows_before) from None
             yield EdgeBlock(src, dst)
-            row0 += len(src)
+            rows_before += len(src)
 
 
 @dataclass(frozen=True)

@@ -64,24 +64,33 @@ RESULT = {{"seconds": time.perf_counter() - t, "rows": table.num_rows}}
 """
 
 
+def _convert(csv: str, out: str, chunk_size: int) -> dict:
+    with fresh_cluster() as (opts, client):
+        idle = worker_rss_now_mb(client)
+        with timer() as t:
+            run_chunk(csv, out, "csv", ChunkOptions(chunk_size=chunk_size), Transforms(), opts,
+                      overwrite=True)
+        return {"seconds": round(t["s"], 2), "worker_peak_rss_mb": worker_peak_rss_mb(client),
+                "worker_idle_rss_mb": idle}
+
+
 def bench_csv(tmp: str, edges: int) -> dict:
     csv = os.path.join(tmp, "edges.csv")
     write_edge_csv(csv, edges)
     base = run_baseline(BASELINE.format(csv=csv, out=os.path.join(tmp, "baseline.parquet")))
-    with fresh_cluster() as (opts, client):
-        idle = worker_rss_now_mb(client)
-        with timer() as t:
-            run_chunk(csv, os.path.join(tmp, "chunked"), "csv", ChunkOptions(), Transforms(),
-                      opts, overwrite=True)
-        rss = worker_peak_rss_mb(client)
-    ours = {"seconds": round(t["s"], 2), "worker_peak_rss_mb": rss,
-            "worker_idle_rss_mb": idle}
+    ours = _convert(csv, os.path.join(tmp, "chunked"), 1 << 20)
+    small = _convert(csv, os.path.join(tmp, "chunked-small"), 1 << 18)
+    t, rss, idle = {"s": ours["seconds"]}, ours["worker_peak_rss_mb"], ours["worker_idle_rss_mb"]
     return {"edges": edges, "csv_mb": round(os.path.getsize(csv) / 2**20),
             "graphprep": ours,
             "baseline_read_csv_write_table": {k: round(v, 2) for k, v in base.items()},
             "time_ratio": round(t["s"] / base["seconds"], 2),
             "peak_rss_ratio": round(max(rss) / base["peak_rss_mb"], 3),
-            "peak_rss_above_idle_ratio": round((max(rss) - min(idle)) / base["peak_rss_mb"], 3)}
+            "peak_rss_above_idle_ratio": round((max(rss) - min(idle)) / base["peak_rss_mb"], 3),
+            "graphprep_chunk_size_2^18": {
+                **small, "time_ratio": round(small["seconds"] / base["seconds"], 2),
+                "peak_rss_ratio": round(max(small["worker_peak_rss_mb"]) / base["peak_rss_mb"],
+                                        3)}}
 
 
 def cluster_start_seconds() -> float:
@@ -94,6 +103,8 @@ def cluster_start_seconds() -> float:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="10^6/10^7 instead of 10^7/10^8")
+    ap.add_argument("--large", action="store_true",
+                    help="also convert a 10^8-edge CSV (1.3 GB; the baseline needs ~5 GB)")
     ap.add_argument("--out", default=None, help="scratch folder (default: a temp folder)")
     args = ap.parse_args()
     e7, e8 = (10**6, 10**7) if args.small else (10**7, 10**8)
@@ -106,6 +117,8 @@ def main():
                   "csv_to_chunked": bench_csv(tmp, e7),
                   "synth_scaling": {"small": bench_synth(os.path.join(tmp, "a"), e7, 16),
                                     "large": bench_synth(os.path.join(tmp, "b"), e8, 16)}}
+        if args.large:
+            result["csv_to_chunked_large"] = bench_csv(tmp, 10 * e7)
         sc = result["synth_scaling"]
         sc["rss_growth"] = round(max(sc["large"]["worker_peak_rss_mb"])
                                  / max(sc["small"]["worker_peak_rss_mb"]), 3)

@@ -1,0 +1,120 @@
+"""Partitioned graph (DESIGN §3): ``graph.json`` and the per-part folders.
+
+The trainer reads only this. :func:`load_partitioned` is the one validating loader of
+``graph.json``; the partition book is ``node_map``/``edge_map`` (owner = one searchsorted).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .errors import FormatError
+from .schema import EdgeType
+from .storage import join, read_text
+
+GRAPH_JSON = "graph.json"
+PARTITIONED_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PartInfo:
+    path: str          # relative to the graph.json folder, or a URL
+    machine: str = ""
+
+
+@dataclass(frozen=True)
+class PartitionedGraph:
+    root: str
+    graph_name: str
+    num_parts: int
+    part_method: str
+    seed: int | None
+    node_types: tuple[str, ...]
+    edge_types: tuple[EdgeType, ...]
+    num_nodes: dict[str, int]
+    num_edges: dict[EdgeType, int]
+    node_map: dict[str, list[list[int]]]
+    edge_map: dict[EdgeType, list[list[int]]]
+    node_feats: dict[str, dict[str, dict]]
+    edge_feats: dict[EdgeType, dict[str, dict]]
+    parts: tuple[PartInfo, ...]
+    source: dict = field(default_factory=dict)
+    halo_hops: int = 1
+    format_version: int = PARTITIONED_VERSION
+
+    def part_path(self, p: int, *rel: str) -> str:
+        return join(join(self.root, self.parts[p].path), "/".join(rel)) if rel else \
+            join(self.root, self.parts[p].path)
+
+    def owner(self, ntype: str, new_ids: np.ndarray) -> np.ndarray:
+        """Part owning each per-type new node ID (searchsorted over the P range starts)."""
+        starts = np.array([r[0] for r in self.node_map[ntype]])
+        return np.searchsorted(starts, new_ids, side="right") - 1
+
+    def to_json(self) -> dict:
+        return {
+            "format_version": self.format_version, "graph_name": self.graph_name,
+            "num_parts": self.num_parts, "part_method": self.part_method, "seed": self.seed,
+            "halo_hops": self.halo_hops, "node_types": list(self.node_types),
+            "edge_types": [str(e) for e in self.edge_types],
+            "num_nodes": self.num_nodes, "num_edges": {str(e): n for e, n in self.num_edges.items()},
+            "node_map": self.node_map,
+            "edge_map": {str(e): m for e, m in self.edge_map.items()},
+            "node_feats": self.node_feats,
+            "edge_feats": {str(e): f for e, f in self.edge_feats.items()},
+            "parts": [asdict(p) for p in self.parts], "source": self.source}
+
+
+def load_partitioned(path: str) -> PartitionedGraph:
+    """Read and check ``graph.json`` (a file path or its folder). Raises FormatError."""
+    if not path.endswith(".json"):
+        path = join(path, GRAPH_JSON)
+    try:
+        meta = json.loads(read_text(path))
+    except FileNotFoundError:
+        raise FormatError("graph.json not found", file=path) from None
+    except json.JSONDecodeError as err:
+        raise FormatError(f"invalid JSON: {err.msg} (line {err.lineno})", file=path) from None
+    root = path.rsplit("/", 1)[0] if "/" in path else "."
+    try:
+        etypes = [EdgeType.parse(e, file=path) for e in meta["edge_types"]]
+        g = PartitionedGraph(
+            root=root, graph_name=meta["graph_name"], num_parts=int(meta["num_parts"]),
+            part_method=meta["part_method"], seed=meta.get("seed"),
+            node_types=tuple(meta["node_types"]), edge_types=tuple(etypes),
+            num_nodes={t: int(n) for t, n in meta["num_nodes"].items()},
+            num_edges={EdgeType.parse(e): int(n) for e, n in meta["num_edges"].items()},
+            node_map=meta["node_map"],
+            edge_map={EdgeType.parse(e): m for e, m in meta["edge_map"].items()},
+            node_feats=meta.get("node_feats", {}),
+            edge_feats={EdgeType.parse(e): f for e, f in meta.get("edge_feats", {}).items()},
+            parts=tuple(PartInfo(**p) for p in meta["parts"]), source=meta.get("source", {}),
+            halo_hops=meta.get("halo_hops", 1), format_version=meta.get("format_version", 1))
+    except KeyError as err:
+        raise FormatError("required field is missing", file=path, field=err.args[0]) from None
+    _check_ranges(g, path)
+    return g
+
+
+def _check_ranges(g: PartitionedGraph, path: str) -> None:
+    """Partition book: per type, P contiguous ranges covering [0, count)."""
+    books = [("node_map", t, g.node_map.get(t), g.num_nodes[t]) for t in g.node_types]
+    books += [("edge_map", str(e), g.edge_map.get(e), g.num_edges[e]) for e in g.edge_types]
+    for name, key, ranges, total in books:
+        if ranges is None or len(ranges) != g.num_parts:
+            raise FormatError(f"needs {g.num_parts} ranges", file=path, field=f"{name}.{key}")
+        expect = 0
+        for p, (start, end) in enumerate(ranges):
+            if start != expect or end < start:
+                raise FormatError(f"range of part {p} is [{start}, {end}), expected to start "
+                                  f"at {expect}", file=path, field=f"{name}.{key}")
+            expect = end
+        if expect != total:
+            raise FormatError(f"ranges end at {expect}, the type has {total}", file=path,
+                              field=f"{name}.{key}")
+    if len(g.parts) != g.num_parts:
+        raise FormatError(f"lists {len(g.parts)} parts for num_parts {g.num_parts}", file=path,
+                          field="parts")

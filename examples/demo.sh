@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job end to end on the embedded default: a local Dask cluster, built-in data.
-# synth -> validate; real data (Cora) -> chunk -> validate; chunked -> re-chunk (DGL reader).
+# synth -> validate -> partition -> dispatch -> verify; Cora -> chunk; chunked -> re-chunk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PREP=${PREP:-.venv/bin/prep}
@@ -25,6 +25,10 @@ fi
 echo "== prep partition: random and METIS (train-balanced) into 4 parts"
 "$PREP" partition "$OUT/synth" "$OUT/parts-random" -p 4 --method random
 "$PREP" partition "$OUT/synth" "$OUT/parts-metis" -p 4 --method metis --balance train
+
+echo "== prep dispatch: 4 parts delivered to 2 (simulated) machines, then prep verify"
+"$PREP" dispatch "$OUT/synth" "$OUT/parts-metis" "$OUT/partitioned" --machines m0,m1
+"$PREP" verify "$OUT/synth" "$OUT/partitioned"
 
 echo "== prep chunk: a chunked graph in (DGL's format reader), re-chunked and validated"
 "$PREP" chunk "$OUT/synth" "$OUT/synth-rechunked" --chunk-size 50000

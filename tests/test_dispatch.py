@@ -1,0 +1,237 @@
+"""prep dispatch + prep verify: every edge and node survives, mutations are caught, reruns
+resume to identical bytes, delivery to machines and fsspec URLs."""
+
+import filecmp
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import edges_of, node_data_of, shared_data
+from formats import load_chunked_graph
+from formats.partitioned import load_partitioned
+
+
+def run_cli(scheduler, *args, code=0):
+    from click.testing import CliRunner
+    from pipeline.cli import prep as cli
+    r = CliRunner().invoke(cli, [str(a) for a in args] + ["--no-progress", "--scheduler",
+                                                          scheduler])
+    assert r.exit_code == code, r.output
+    return r
+
+
+@pytest.fixture(scope="module")
+def cora(tmp_path_factory, scheduler):
+    out = tmp_path_factory.mktemp("cora") / "cora"
+    run_cli(scheduler, "chunk", shared_data("planetoid"), out, "--name", "cora",
+            "--chunk-size", 3000)
+    return out
+
+
+@pytest.fixture(scope="module")
+def mag(tmp_path_factory, scheduler):
+    out = tmp_path_factory.mktemp("mag") / "mag"
+    run_cli(scheduler, "synth", out, "--hetero", "--nodes", 6000, "--edges", 30000,
+            "--chunk-size", 4000)
+    return out
+
+
+def tree(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root)
+                  for d, _, fs in os.walk(root) for f in fs)
+
+
+def same_bytes(a, b):
+    files = tree(a)
+    assert files == tree(b)
+    _, mismatch, errors = filecmp.cmpfiles(a, b, files, shallow=False)
+    assert not mismatch and not errors, mismatch
+
+
+def reconstruct(out, etype):
+    """Independent of verify: every part's edges mapped back to (edge ID, src, dst)."""
+    g = load_partitioned(str(out))
+    et = [e for e in g.edge_types if str(e) == etype][0]
+    rows = []
+    for p in range(g.num_parts):
+        load = lambda *r: np.load(g.part_path(p, *r))  # noqa: E731
+        indptr = load("edges", et.dirname, "indptr.npy")
+        idx = load("edges", et.dirname, "indices.npy").astype(np.int64)
+        eid = load("edges", et.dirname, "orig_ids.npy")
+        dst = np.repeat(load("nodes", et.dst, "orig_ids.npy"), np.diff(indptr))
+        own = load("nodes", et.src, "orig_ids.npy")
+        halo_new = load("nodes", et.src, "halo_ids.npy")
+        src = np.empty(len(idx), np.int64)
+        src[idx < len(own)] = own[idx[idx < len(own)]]
+        h = halo_new[idx[idx >= len(own)] - len(own)]
+        owners = g.owner(et.src, h)
+        src[idx >= len(own)] = [np.load(g.part_path(q, "nodes", et.src, "orig_ids.npy"))[
+            n - g.node_map[et.src][q][0]] for q, n in zip(owners, h)]
+        rows.append(np.stack([eid, src, dst]))
+    rows = np.concatenate(rows, axis=1)
+    return rows[:, np.argsort(rows[0])]
+
+
+@pytest.mark.parametrize("method", ["random", "metis"])
+@pytest.mark.parametrize("parts", [1, 2, 4])
+def test_cora_round_trip(tmp_path, scheduler, cora, method, parts):
+    run_cli(scheduler, "partition", cora, tmp_path / "a", "-p", parts, "--method", method)
+    run_cli(scheduler, "dispatch", cora, tmp_path / "a", tmp_path / "d", "--range-size", 1000)
+    run_cli(scheduler, "verify", cora, tmp_path / "d")
+    rows = reconstruct(tmp_path / "d", "_N:_E:_N")
+    src, dst = edges_of(cora)
+    assert np.array_equal(rows[0], np.arange(len(src)))
+    assert np.array_equal(rows[1], src) and np.array_equal(rows[2], dst)
+    g = load_partitioned(str(tmp_path / "d"))
+    assignment = np.load(tmp_path / "a" / "_N.npy")
+    feat = node_data_of(cora)
+    for p in range(parts):
+        orig = np.load(g.part_path(p, "nodes", "_N", "orig_ids.npy"))
+        assert (assignment[orig] == p).all() and (np.diff(orig) > 0).all()
+        assert np.array_equal(np.load(g.part_path(p, "node_feats", "_N", "feat.npy")), feat[orig])
+    assert g.node_feats["_N"]["feat"] == {"dtype": "float32", "shape": [1433]}
+
+
+@pytest.mark.parametrize("method", ["random", "metis"])
+def test_hetero_round_trip(tmp_path, scheduler, mag, method):
+    run_cli(scheduler, "partition", mag, tmp_path / "a", "-p", 3, "--method", method)
+    run_cli(scheduler, "dispatch", mag, tmp_path / "a", tmp_path / "d", "--range-size", 700)
+    run_cli(scheduler, "verify", mag, tmp_path / "d")
+    rows = reconstruct(tmp_path / "d", "author:writes:paper")
+    src, dst = edges_of(mag, "author:writes:paper")
+    assert np.array_equal(rows[1], src) and np.array_equal(rows[2], dst)
+
+
+@pytest.fixture
+def dispatched(tmp_path, scheduler, cora):
+    run_cli(scheduler, "partition", cora, tmp_path / "a", "-p", 2)
+    run_cli(scheduler, "dispatch", cora, tmp_path / "a", tmp_path / "d")
+    return tmp_path / "d"
+
+
+def edit(path, fn):
+    arr = np.load(path)
+    arr = fn(arr)
+    np.save(path, arr)
+
+
+def test_mutation_flip_endpoint(scheduler, cora, dispatched):
+    path = dispatched / "part-0/edges/_N___E___N/indices.npy"
+    edit(path, lambda a: np.concatenate([[(a[0] + 1) % 50], a[1:]]).astype(a.dtype))
+    r = run_cli(scheduler, "verify", cora, dispatched, code=1)
+    assert "part 0, edge type _N:_E:_N, original ID" in r.output and "endpoints" in r.output
+
+
+def test_mutation_drop_edge(scheduler, cora, dispatched):
+    base = dispatched / "part-1/edges/_N___E___N"
+    edit(base / "indices.npy", lambda a: a[:-1])
+    edit(base / "orig_ids.npy", lambda a: a[:-1])
+    edit(base / "indptr.npy", lambda a: np.concatenate([a[:-1], [a[-1] - 1]]))
+    r = run_cli(scheduler, "verify", cora, dispatched, code=1)
+    assert "part 1, edge type _N:_E:_N" in r.output and "edge_map" in r.output
+
+
+def test_mutation_duplicate_edge_id(scheduler, cora, dispatched):
+    edit(dispatched / "part-0/edges/_N___E___N/orig_ids.npy",
+         lambda a: np.concatenate([[a[1]], a[1:]]))
+    r = run_cli(scheduler, "verify", cora, dispatched, code=1)
+    assert "edge type _N:_E:_N, original ID" in r.output and "missing" in r.output
+
+
+def test_mutation_feature_value(scheduler, cora, dispatched):
+    path = dispatched / "part-1/node_feats/_N/feat.npy"
+    def change(a):
+        a[5, 3] += 1
+        return a
+    edit(path, change)
+    orig = np.load(dispatched / "part-1/nodes/_N/orig_ids.npy")[5]
+    r = run_cli(scheduler, "verify", cora, dispatched, code=1)
+    assert f"part 1, node type _N, original ID {orig}: node data 'feat' differs" in r.output
+
+
+def test_mutation_swap_halo_ids(scheduler, cora, dispatched):
+    edit(dispatched / "part-0/nodes/_N/halo_ids.npy", lambda a: a[[1, 0, *range(2, len(a))]])
+    r = run_cli(scheduler, "verify", cora, dispatched, code=1)
+    assert "part 0, node type _N" in r.output and "halo_ids" in r.output
+
+
+def test_identical_bytes_for_one_and_two_workers(tmp_path, scheduler, mag):
+    from click.testing import CliRunner
+    from pipeline.cli import prep as cli
+    run_cli(scheduler, "partition", mag, tmp_path / "a", "-p", 2)
+    for w in (1, 2):
+        r = CliRunner().invoke(cli, ["dispatch", str(mag), str(tmp_path / "a"),
+                                     str(tmp_path / f"d{w}"), "--workers", str(w),
+                                     "--no-progress", "--range-size", "900"])
+        assert r.exit_code == 0, r.output
+    same_bytes(tmp_path / "d1", tmp_path / "d2")
+
+
+def test_kill_and_resume_gives_identical_bytes(tmp_path, scheduler):
+    run_cli(scheduler, "synth", tmp_path / "g", "--nodes", 40000, "--edges", 600000,
+            "--chunk-size", 20000)
+    run_cli(scheduler, "partition", tmp_path / "g", tmp_path / "a", "-p", 4)
+    run_cli(scheduler, "dispatch", tmp_path / "g", tmp_path / "a", tmp_path / "ref",
+            "--range-size", 4000)
+    cmd = [sys.executable, "-m", "pipeline.cli", "dispatch", str(tmp_path / "g"),
+           str(tmp_path / "a"), str(tmp_path / "d"), "--range-size", "4000", "--no-progress",
+           "--scheduler", scheduler]
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    work = tmp_path / "d" / ".work" / "edges"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (work.exists() and any(work.iterdir())):
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)          # killed midway
+    proc.wait()
+    assert not (tmp_path / "d" / "graph.json").exists()
+    run_cli(scheduler, "dispatch", tmp_path / "g", tmp_path / "a", tmp_path / "d",
+            "--range-size", 4000)
+    same_bytes(tmp_path / "ref", tmp_path / "d")
+    run_cli(scheduler, "verify", tmp_path / "g", tmp_path / "d")
+
+
+def test_machines_delivery(tmp_path, cora):
+    from click.testing import CliRunner
+    from pipeline.cli import prep as cli
+    r = CliRunner().invoke(cli, ["partition", str(cora), str(tmp_path / "a"), "-p", 3,
+                                 "--no-progress"])
+    assert r.exit_code == 0
+    r = CliRunner().invoke(cli, ["dispatch", str(cora), str(tmp_path / "a"), str(tmp_path / "d"),
+                                 "--machines", "m0,m1", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    g = load_partitioned(str(tmp_path / "d"))
+    assert [(p.path, p.machine) for p in g.parts] == [("m0/part-0", "m0"), ("m1/part-1", "m1"),
+                                                      ("m0/part-2", "m0")]
+    assert sorted(os.listdir(tmp_path / "d" / "m0")) == ["part-0", "part-2"]
+
+
+def test_missing_machine_worker_is_named(tmp_path, scheduler, cora):
+    run_cli(scheduler, "partition", cora, tmp_path / "a", "-p", 2)
+    r = run_cli(scheduler, "dispatch", cora, tmp_path / "a", tmp_path / "d", "--machines", "gpu7",
+                code=2)
+    assert "gpu7" in r.output
+
+
+def test_fsspec_memory_output(tmp_path, cora):
+    import fsspec
+    from distributed import LocalCluster
+    from pipeline.cluster import ClusterOptions
+    from dispatch.job import run_dispatch
+    from pipeline.partition import PartitionOptions, run_partition
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster:
+        opts = ClusterOptions(scheduler=cluster.scheduler_address, progress=False)
+        run_partition(str(cora), str(tmp_path / "a"), "random", PartitionOptions(2), opts)
+        run_dispatch(str(cora), str(tmp_path / "a"), "memory://graphprep-test/d", opts)
+        run_dispatch(str(cora), str(tmp_path / "a"), str(tmp_path / "local"), opts)
+    fs = fsspec.filesystem("memory")
+    meta = json.loads(fs.cat("/graphprep-test/d/graph.json"))
+    assert meta["num_parts"] == 2
+    for rel in ("part-1/edges/_N___E___N/indices.npy", "part-0/node_feats/_N/feat.npy"):
+        assert fs.cat(f"/graphprep-test/d/{rel}") == (tmp_path / "local" / rel).read_bytes()

@@ -1,0 +1,128 @@
+"""Benchmark of the whole preparation pipeline; prints one JSON object.
+
+synth (the chunk step) -> partition (random, 4 parts) -> dispatch -> verify on a synth graph of
+10^7 edges (and 10^8 with --large): seconds, edges/s per step, peak RSS per worker (fresh
+workers per step), output size. Baseline in the same run: an in-memory single-process route
+(load all edges and node data, numpy argsort relabel, write the same part files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import fresh_cluster, run_baseline, timer, worker_peak_rss_mb  # noqa: E402
+
+from dispatch.job import run_dispatch  # noqa: E402
+from dispatch.verify import run_verify  # noqa: E402
+from pipeline.partition import PartitionOptions, run_partition  # noqa: E402
+from pipeline.synth import SynthSpec  # noqa: E402
+from pipeline.synth_job import run_synth  # noqa: E402
+
+IN_MEMORY = """
+import glob, os, time, numpy as np, pyarrow.parquet as pq
+t = time.perf_counter()
+g, out, P = {graph!r}, {out!r}, {parts}
+files = sorted(glob.glob(g + "/edges/*/*.parquet"))
+tables = [pq.read_table(f) for f in files]
+src = np.concatenate([x.column("src").to_numpy() for x in tables])
+dst = np.concatenate([x.column("dst").to_numpy() for x in tables])
+del tables
+parts = np.load({assignment!r} + "/_N.npy").astype(np.int64)
+data = {{}}
+for name in os.listdir(g + "/node_data/_N"):
+    fs = sorted(glob.glob(g + f"/node_data/_N/{{name}}/*.npy"))
+    data[name] = np.concatenate([np.load(f) for f in fs])
+order = np.argsort(parts, kind="stable")           # new ID -> original ID
+new_id = np.empty_like(order); new_id[order] = np.arange(len(order))
+counts = np.bincount(parts, minlength=P); starts = np.concatenate([[0], np.cumsum(counts)])
+nd, ns = new_id[dst], new_id[src]
+eorder = np.argsort(nd, kind="stable")             # CSC order, grouped by owner part
+nd, ns, eid = nd[eorder], ns[eorder], eorder
+ebounds = np.searchsorted(nd, starts)
+for p in range(P):
+    d = f"{{out}}/part-{{p}}"
+    for sub in ("nodes/_N", "edges/_N___E___N", "node_feats/_N"):
+        os.makedirs(f"{{d}}/{{sub}}", exist_ok=True)
+    own = order[starts[p]:starts[p + 1]]
+    np.save(f"{{d}}/nodes/_N/orig_ids.npy", own)
+    sl = slice(ebounds[p], ebounds[p + 1])
+    s, dd = ns[sl], nd[sl]
+    outside = s[(s < starts[p]) | (s >= starts[p + 1])]
+    outside.sort(); halo = outside[np.concatenate([[True], outside[1:] != outside[:-1]])] if len(outside) else outside
+    np.save(f"{{d}}/nodes/_N/halo_ids.npy", halo)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(dd - starts[p], minlength=counts[p]))])
+    local = np.where((s >= starts[p]) & (s < starts[p + 1]), s - starts[p],
+                     counts[p] + np.searchsorted(halo, s)).astype(np.int32)
+    np.save(f"{{d}}/edges/_N___E___N/indptr.npy", indptr)
+    np.save(f"{{d}}/edges/_N___E___N/indices.npy", local)
+    np.save(f"{{d}}/edges/_N___E___N/orig_ids.npy", eid[sl])
+    for name, values in data.items():
+        np.save(f"{{d}}/node_feats/_N/{{name}}.npy", values[own])
+RESULT = {{"seconds": time.perf_counter() - t}}
+"""
+
+
+def du(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def step(name, edges, fn):
+    with fresh_cluster() as (opts, client):
+        with timer() as t:
+            fn(opts)
+        rss = worker_peak_rss_mb(client)
+    return {"seconds": round(t["s"], 2), "edges_per_s": round(edges / t["s"]),
+            "worker_peak_rss_mb": rss}
+
+
+def pipeline(tmp: str, edges: int, parts: int) -> dict:
+    g, a, d = (os.path.join(tmp, x) for x in ("graph", "assign", "parts"))
+    spec = SynthSpec(num_nodes=edges // 10, num_edges=edges, feat_dim=16)
+    res = {"edges": edges, "nodes": spec.num_nodes, "parts": parts}
+    res["synth"] = step("synth", edges, lambda o: run_synth(spec, g, 1 << 20, o))
+    res["partition_random"] = step("partition", edges, lambda o: run_partition(
+        g, a, "random", PartitionOptions(parts), o))
+    res["dispatch"] = step("dispatch", edges, lambda o: run_dispatch(g, a, d, o))
+    res["verify"] = step("verify", edges, lambda o: run_verify(g, d, o))
+    res["output_mb"] = round(du(d) / 2**20)
+    base = run_baseline(IN_MEMORY.format(graph=g, out=os.path.join(tmp, "inmem"), parts=parts,
+                                         assignment=a))
+    res["in_memory_route"] = {"seconds": round(base["seconds"], 2),
+                              "peak_rss_mb": round(base["peak_rss_mb"], 1)}
+    res["dispatch_throughput_vs_in_memory"] = round(base["seconds"] /
+                                                    res["dispatch"]["seconds"], 3)
+    peak = max(max(res[s]["worker_peak_rss_mb"]) for s in ("synth", "partition_random",
+                                                          "dispatch", "verify"))
+    res["max_worker_peak_rss_mb"] = peak
+    res["peak_rss_vs_in_memory"] = round(peak / base["peak_rss_mb"], 3)
+    shutil.rmtree(tmp)
+    os.makedirs(tmp)
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--edges", type=int, default=10**7)
+    ap.add_argument("--large", action="store_true", help="also run 10^8 edges")
+    ap.add_argument("--parts", type=int, default=4)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="bench_pipeline_", dir=os.getcwd())
+    try:
+        result = {"small": pipeline(tmp, args.edges, args.parts)}
+        if args.large:
+            result["large"] = pipeline(tmp, 10 * args.edges, args.parts)
+            result["rss_growth"] = round(result["large"]["max_worker_peak_rss_mb"]
+                                         / result["small"]["max_worker_peak_rss_mb"], 3)
+        print(json.dumps(result, indent=2))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

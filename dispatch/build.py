@@ -1,8 +1,10 @@
 """Build one part from its pieces: owned nodes, CSC per edge type, halo, features.
 
-A task holds its part only: the owned nodes' IDs and data, and the edges whose destination the
-part owns (about E/P), never all edges. The part is written into a temporary folder and renamed
-into place when complete.
+Streaming: outputs are pre-sized memory-mapped ``.npy`` files filled one node range / one
+destination sub-range at a time. A task holds one range of node rows or one sub-range of
+edges (``range_size`` destination nodes' in-edges, gathered from every chunk's bucket), plus
+the part's halo list; never the part's, let alone the graph's, edges at once. The part is
+written into a temporary folder and renamed into place when complete.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from formats import EdgeType
-from formats.output import write_array_chunk
 from pipeline.arrayops import unique_ints
 from .plan import DispatchPlan, atomic_folder
 
@@ -26,70 +27,110 @@ class PartTask:
     target: str                         # final folder of the part (local path)
 
 
-def _concat(paths) -> np.ndarray:
-    arrays = [np.load(f) for f in paths]
-    return np.concatenate(arrays) if arrays else np.empty(0, np.int64)
+def _memmap(path: str, shape, dtype) -> np.ndarray:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=tuple(shape))
 
 
 def build_part(task: PartTask) -> dict:
     """Write part ``p``; returns its edge count per type. Skips a part already in place."""
-    plan, p = task.plan, task.p
-    g = plan.graph
+    plan, p, g = task.plan, task.p, task.plan.graph
     if os.path.exists(task.target):  # renamed into place only when complete
         return {str(et): int(np.load(os.path.join(task.target, "edges", et.dirname,
                                                   "indptr.npy"))[-1]) for et in g.edge_types}
     with atomic_folder(task.target) as out:
         for t in g.node_types:
-            pieces = [plan.node_piece(t, k) for k in range(len(plan.ranges(t)))]
-            orig = _concat([os.path.join(d, f"p{p:05d}.orig.npy") for d in pieces])
-            write_array_chunk(os.path.join(out, "nodes", t, "orig_ids.npy"), orig)
-            for name in g.node_data.get(t, {}):
-                rows = np.concatenate([np.load(os.path.join(d, f"p{p:05d}.{name}.npy"))
-                                       for d in pieces])
-                write_array_chunk(os.path.join(out, "node_feats", t, f"{name}.npy"), rows)
-        counts, sources = {}, {t: [] for t in g.node_types}
-        edges = {}
-        for et in g.edge_types:
-            edges[et] = _part_edges(plan, et, p)
-            sources[et.src].append(edges[et][0][1])
-        halo = {}
-        for t in g.node_types:
-            start, end = task.node_map[t][p]
-            src = np.concatenate(sources[t]) if sources[t] else np.empty(0, np.int64)
-            halo[t] = unique_ints(src[(src < start) | (src >= end)], inplace=True)
-            write_array_chunk(os.path.join(out, "nodes", t, "halo_ids.npy"), halo[t])
-        for et in g.edge_types:
-            counts[str(et)] = _write_csc(out, et, edges[et], task.node_map, halo[et.src], p)
+            _write_nodes(plan, t, p, task.node_map[t][p], out)
+        halo = {t: _halo(plan, t, p, task.node_map) for t in g.node_types}
+        for t, h in halo.items():
+            np.save(os.path.join(out, "nodes", t, "halo_ids.npy"), h)
+        counts = {str(et): _write_csc(plan, et, p, task.node_map, halo[et.src], out)
+                  for et in g.edge_types}
     return counts
 
 
-def _part_edges(plan: DispatchPlan, et: EdgeType, p: int):
-    """``(rows [3, m] in CSC order, edge data in CSC order)`` of part ``p`` for ``et``."""
+def _write_nodes(plan: DispatchPlan, t: str, p: int, book: list[int], out: str) -> None:
+    pieces = [plan.node_piece(t, k) for k in range(len(plan.ranges(t)))]
+    n = book[1] - book[0]
+    fields = ["orig", *plan.graph.node_data.get(t, {})]
+    targets = {}
+    for name in fields:
+        like = np.load(os.path.join(pieces[0], f"p{p:05d}.{name}.npy"), mmap_mode="r")
+        path = os.path.join(out, "nodes", t, "orig_ids.npy") if name == "orig" else \
+            os.path.join(out, "node_feats", t, f"{name}.npy")
+        targets[name] = _memmap(path, (n, *like.shape[1:]), like.dtype)
+    pos = 0
+    for d in pieces:
+        rows = 0
+        for name, target in targets.items():
+            values = np.load(os.path.join(d, f"p{p:05d}.{name}.npy"))
+            target[pos:pos + len(values)] = values
+            rows = len(values)
+        pos += rows
+    for target in targets.values():
+        target.flush()
+
+
+def _sub_ranges(plan: DispatchPlan, et: EdgeType, p: int):
+    """Yield ``(rows [3, m] sorted by destination, bucket slices)`` per destination sub-range."""
     buckets = [plan.edge_bucket(et, k) for k in range(len(plan.graph.edge_chunks[et]))]
-    rows = np.concatenate([np.load(os.path.join(b, f"p{p:05d}.npy")) for b in buckets], axis=1) \
-        if buckets else np.empty((3, 0), np.int64)
-    order = np.argsort(rows[0], kind="stable")  # by destination; ties keep original edge order
-    data = {name: np.concatenate([np.load(os.path.join(b, f"p{p:05d}.{name}.npy"))
-                                  for b in buckets])[order]
-            for name in plan.graph.edge_data.get(et, {})}
-    return rows[:, order], data
+    offsets = [np.load(os.path.join(b, f"p{p:05d}.offsets.npy")) for b in buckets]
+    rows_mm = [np.load(os.path.join(b, f"p{p:05d}.npy"), mmap_mode="r") for b in buckets]
+    n_sub = len(offsets[0]) - 1 if offsets else 0
+    for j in range(n_sub):
+        slices = [slice(int(o[j]), int(o[j + 1])) for o in offsets]
+        parts = [np.asarray(r[:, sl]) for r, sl in zip(rows_mm, slices)]
+        rows = np.concatenate(parts, axis=1) if parts else np.empty((3, 0), np.int64)
+        order = np.argsort(rows[0], kind="stable")  # ties keep chunk (= edge ID) order
+        yield rows[:, order], order, buckets, slices
 
 
-def _write_csc(out: str, et: EdgeType, edges, node_map, halo: np.ndarray, p: int) -> int:
-    rows, data = edges
-    new_dst, new_src, eids = rows
-    dst_start, dst_end = node_map[et.dst][p]
-    src_start, src_end = node_map[et.src][p]
-    owned_src = src_end - src_start
-    indptr = np.zeros(dst_end - dst_start + 1, dtype=np.int64)
-    np.cumsum(np.bincount(new_dst - dst_start, minlength=dst_end - dst_start), out=indptr[1:])
-    local = np.where((new_src >= src_start) & (new_src < src_end), new_src - src_start,
-                     owned_src + np.searchsorted(halo, new_src))
-    dtype = np.int32 if owned_src + len(halo) < 2**31 else np.int64
+def _halo(plan: DispatchPlan, t: str, p: int, node_map) -> np.ndarray:
+    """Sorted new IDs of the non-owned sources of part ``p``'s edges (all types from ``t``)."""
+    start, end = node_map[t][p]
+    found = []
+    for et in plan.graph.edge_types:
+        if et.src != t:
+            continue
+        for rows, *_ in _sub_ranges(plan, et, p):
+            src = rows[1]
+            found.append(unique_ints(src[(src < start) | (src >= end)], inplace=True))
+    return unique_ints(np.concatenate(found), inplace=True) if found else np.empty(0, np.int64)
+
+
+def _write_csc(plan: DispatchPlan, et: EdgeType, p: int, node_map, halo: np.ndarray,
+               out: str) -> int:
+    d0, d1 = node_map[et.dst][p]
+    s0, s1 = node_map[et.src][p]
+    buckets = [plan.edge_bucket(et, k) for k in range(len(plan.graph.edge_chunks[et]))]
+    m = sum(int(np.load(os.path.join(b, f"p{p:05d}.offsets.npy"))[-1]) for b in buckets)
     base = os.path.join(out, "edges", et.dirname)
-    write_array_chunk(os.path.join(base, "indptr.npy"), indptr)
-    write_array_chunk(os.path.join(base, "indices.npy"), local.astype(dtype))
-    write_array_chunk(os.path.join(base, "orig_ids.npy"), eids)
-    for name, values in data.items():
-        write_array_chunk(os.path.join(out, "edge_feats", et.dirname, f"{name}.npy"), values)
-    return int(len(eids))
+    dtype = np.int32 if (s1 - s0) + len(halo) < 2**31 else np.int64
+    indptr = _memmap(os.path.join(base, "indptr.npy"), (d1 - d0 + 1,), np.int64)
+    indices = _memmap(os.path.join(base, "indices.npy"), (m,), dtype)
+    orig_ids = _memmap(os.path.join(base, "orig_ids.npy"), (m,), np.int64)
+    feats = {}
+    for name in plan.graph.edge_data.get(et, {}):
+        like = np.load(os.path.join(buckets[0], f"p{p:05d}.{name}.npy"), mmap_mode="r")
+        feats[name] = _memmap(os.path.join(out, "edge_feats", et.dirname, f"{name}.npy"),
+                              (m, *like.shape[1:]), like.dtype)
+    indptr[0] = pos = 0
+    sub_start = d0
+    for rows, order, bucket_dirs, slices in _sub_ranges(plan, et, p):
+        new_dst, new_src, eids = rows
+        sub_end = min(sub_start + plan.range_size, d1)
+        n = len(eids)
+        counts = np.bincount(new_dst - sub_start, minlength=sub_end - sub_start)
+        indptr[sub_start - d0 + 1:sub_end - d0 + 1] = pos + np.cumsum(counts)
+        indices[pos:pos + n] = np.where((new_src >= s0) & (new_src < s1), new_src - s0,
+                                        (s1 - s0) + np.searchsorted(halo, new_src))
+        orig_ids[pos:pos + n] = eids
+        for name, target in feats.items():
+            parts = [np.asarray(np.load(os.path.join(b, f"p{p:05d}.{name}.npy"),
+                                        mmap_mode="r")[sl]) for b, sl in zip(bucket_dirs, slices)]
+            target[pos:pos + n] = np.concatenate(parts)[order]
+        pos += n
+        sub_start = sub_end
+    for arr in (indptr, indices, orig_ids, *feats.values()):
+        arr.flush()
+    return m

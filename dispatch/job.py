@@ -88,7 +88,7 @@ def run_dispatch(chunked: str, assignment_dir: str, out: str, cluster: ClusterOp
         relabel = [RangeTask(plan, t, k, a, b, bases[t][k]) for t in graph.node_types
                    for k, (a, b) in enumerate(plan.ranges(t))]
         run(relabel_range, relabel, "relabel nodes")
-        buckets = [BucketTask(plan, et, k, path, a, b, tuple(r[0] for r in node_map[et.dst]))
+        buckets = [BucketTask(plan, et, k, path, a, b, tuple(map(tuple, node_map[et.dst])))
                    for et in graph.edge_types for k, (path, a, b) in enumerate(plan.edge_chunks(et))]
         run(bucket_edges, buckets, "shuffle edges")
         parts = [PartInfo(f"{machines[p % len(machines)]}/part-{p}" if machines else f"part-{p}",

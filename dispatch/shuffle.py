@@ -2,7 +2,9 @@
 
 A task reads one input edge chunk (and its edge data rows), maps both endpoints through the
 memory-mapped old->new maps, and writes one bucket per part: ``[3, m]`` int64 rows
-(new dst, new src, original edge ID) in input order, plus the edge data rows.
+(new dst, new src, original edge ID) sorted by destination (ties in input order), the edge
+data rows in the same order, and the offsets of the part's destination sub-ranges (blocks of
+``range_size`` owned nodes) so that a part is later built one sub-range at a time.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class BucketTask:
     path: str
     start: int
     stop: int
-    dst_starts: tuple[int, ...]     # node_map starts of the destination type
+    dst_ranges: tuple[tuple[int, int], ...]   # node_map of the destination type
 
 
 def edge_data_sources(plan: DispatchPlan, et: EdgeType) -> dict[str, ChunkedArray]:
@@ -48,8 +50,9 @@ def bucket_edges(task: BucketTask) -> list[int]:
     src, dst = read_edge_chunk(task.path, plan.graph.edges[et])
     new_src = np.asarray(np.load(plan.map_path(et.src), mmap_mode="r")[src])
     new_dst = np.asarray(np.load(plan.map_path(et.dst), mmap_mode="r")[dst])
-    owner = np.searchsorted(np.asarray(task.dst_starts), new_dst, side="right") - 1
-    order = np.argsort(owner, kind="stable")
+    starts = np.array([r[0] for r in task.dst_ranges])
+    owner = np.searchsorted(starts, new_dst, side="right") - 1
+    order = np.argsort(new_dst, kind="stable")  # by destination: grouped by owner part too
     counts = np.bincount(owner, minlength=plan.num_parts)
     bounds = np.concatenate([[0], np.cumsum(counts)])
     eids = np.arange(task.start, task.stop, dtype=np.int64)
@@ -60,6 +63,10 @@ def bucket_edges(task: BucketTask) -> list[int]:
         for p in range(plan.num_parts):
             sl = slice(bounds[p], bounds[p + 1])
             write_array_chunk(os.path.join(tmp, f"p{p:05d}.npy"), rows[:, sl])
+            lo, hi = task.dst_ranges[p]
+            subs = np.append(np.arange(lo, hi, plan.range_size), hi)
+            write_array_chunk(os.path.join(tmp, f"p{p:05d}.offsets.npy"),
+                              np.searchsorted(rows[0, sl], subs))
             for name, values in data.items():
                 write_array_chunk(os.path.join(tmp, f"p{p:05d}.{name}.npy"), values[sl])
         np.save(os.path.join(tmp, "counts.npy"), counts)

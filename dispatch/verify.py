@@ -20,6 +20,7 @@ import numpy as np
 from formats import ChunkedGraph, EdgeType, load_chunked_graph, read_edge_chunk
 from formats.output import write_array_chunk
 from formats.partitioned import PartitionedGraph, load_partitioned
+from pipeline.arrayops import unique_ints
 from pipeline.cluster import ClusterOptions, TaskRunner, dask_client
 from .relabel import node_data_sources
 from .shuffle import edge_data_sources
@@ -71,31 +72,9 @@ def check_part(task: tuple[VerifyPlan, int]) -> str | None:
                                             "range and inside the type")
         _bucket_nodes(plan, t, p, orig[t])
     for et in g.edge_types:
-        base = ("edges", et.dirname)
-        indptr = np.asarray(plan.load(p, *base, "indptr.npy"))
-        indices = np.asarray(plan.load(p, *base, "indices.npy")).astype(np.int64)
-        eids = np.asarray(plan.load(p, *base, "orig_ids.npy"))
-        d0, d1 = pg.node_map[et.dst][p]
-        s0, s1 = pg.node_map[et.src][p]
-        e0, e1 = pg.edge_map[et][p]
-        owned = s1 - s0
-        if (len(indptr) != d1 - d0 + 1 or indptr[0] != 0 or (np.diff(indptr) < 0).any()
-                or indptr[-1] != len(indices) or len(eids) != len(indices)
-                or len(indices) != e1 - e0):
-            return _fail(p, "edge", et, "-", "indptr/indices/orig_ids inconsistent with "
-                                             "edge_map")
-        if len(indices) and (indices.min() < 0 or indices.max() >= owned + len(halo[et.src])):
-            bad = int(np.flatnonzero((indices < 0) | (indices >= owned + len(halo[et.src])))[0])
-            return _fail(p, "edge", et, int(eids[bad]), f"source index {indices[bad]} out of "
-                                                        "range")
-        dst_orig = np.repeat(orig[et.dst], np.diff(indptr))
-        is_halo = indices >= owned
-        src_orig = np.empty(len(indices), np.int64)
-        src_orig[~is_halo] = orig[et.src][indices[~is_halo]]
-        hpos = indices[is_halo] - owned
-        referenced[et.src][hpos] = True
-        src_orig[is_halo] = _orig_of(plan, et.src, halo[et.src][hpos])
-        _bucket_edges(plan, et, p, eids, src_orig, dst_orig)
+        problem = _check_edges(plan, et, p, orig, halo, referenced)
+        if problem:
+            return problem
     for t in g.node_types:
         if not referenced[t].all():
             pos = int(np.flatnonzero(~referenced[t])[0])
@@ -104,11 +83,47 @@ def check_part(task: tuple[VerifyPlan, int]) -> str | None:
     return None
 
 
+def _check_edges(plan: VerifyPlan, et: EdgeType, p: int, orig, halo, referenced) -> str | None:
+    """CSC checks and edge buckets of one type of part ``p``, one slice of destinations at a
+    time (the part's edge arrays stay memory-mapped)."""
+    pg = plan.parts
+    base = ("edges", et.dirname)
+    indptr = np.asarray(plan.load(p, *base, "indptr.npy"))
+    indices_mm = plan.load(p, *base, "indices.npy")
+    eids_mm = plan.load(p, *base, "orig_ids.npy")
+    d0, d1 = pg.node_map[et.dst][p]
+    s0, s1 = pg.node_map[et.src][p]
+    e0, e1 = pg.edge_map[et][p]
+    owned, limit = s1 - s0, (s1 - s0) + len(halo[et.src])
+    if (len(indptr) != d1 - d0 + 1 or indptr[0] != 0 or (np.diff(indptr) < 0).any()
+            or indptr[-1] != len(indices_mm) or len(eids_mm) != len(indices_mm)
+            or len(indices_mm) != e1 - e0):
+        return _fail(p, "edge", et, "-", "indptr/indices/orig_ids inconsistent with edge_map")
+    for j, a in enumerate(range(0, d1 - d0, plan.range_size)):
+        b = min(a + plan.range_size, d1 - d0)
+        lo, hi = int(indptr[a]), int(indptr[b])
+        indices = np.asarray(indices_mm[lo:hi]).astype(np.int64)
+        eids = np.asarray(eids_mm[lo:hi])
+        bad = (indices < 0) | (indices >= limit)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            return _fail(p, "edge", et, int(eids[i]), f"source index {indices[i]} out of range")
+        dst_orig = np.repeat(orig[et.dst][a:b], np.diff(indptr[a:b + 1]))
+        is_halo = indices >= owned
+        src_orig = np.empty(len(indices), np.int64)
+        src_orig[~is_halo] = orig[et.src][indices[~is_halo]]
+        hpos = indices[is_halo] - owned
+        referenced[et.src][hpos] = True
+        src_orig[is_halo] = _orig_of(plan, et.src, halo[et.src][hpos])
+        _bucket_edges(plan, et, f"p{p:05d}-{j:05d}", eids, src_orig, dst_orig, p, lo)
+    return None
+
+
 def _orig_of(plan: VerifyPlan, t: str, new_ids: np.ndarray) -> np.ndarray:
     """Original IDs of new IDs owned by any part (reads the owners' orig_ids, memory-mapped)."""
     out = np.empty(len(new_ids), np.int64)
     owners = plan.parts.owner(t, new_ids)
-    for q in np.unique(owners):
+    for q in unique_ints(owners):
         sel = owners == q
         out[sel] = np.asarray(plan.load(int(q), "nodes", t, "orig_ids.npy"))[
             new_ids[sel] - plan.parts.node_map[t][q][0]]
@@ -118,17 +133,18 @@ def _orig_of(plan: VerifyPlan, t: str, new_ids: np.ndarray) -> np.ndarray:
 def _bucket_nodes(plan, t, p, orig):
     k = np.searchsorted(plan.node_ranges(t), orig, side="right") - 1
     rows = np.stack([orig, np.full(len(orig), p), np.arange(len(orig))])
-    for r in np.unique(k):
+    for r in unique_ints(k):
         write_array_chunk(os.path.join(plan.work, "nodes", t, f"r{r:05d}", f"p{p:05d}.npy"),
                           rows[:, k == r])
 
 
-def _bucket_edges(plan, et, p, eids, src, dst):
+def _bucket_edges(plan, et, tag, eids, src, dst, p, first_row):
     k = np.searchsorted(plan.edge_starts(et), eids, side="right") - 1
-    rows = np.stack([eids, src, dst, np.full(len(eids), p), np.arange(len(eids))])
-    for c in np.unique(k):
+    rows = np.stack([eids, src, dst, np.full(len(eids), p),
+                     first_row + np.arange(len(eids))])
+    for c in unique_ints(k):
         write_array_chunk(os.path.join(plan.work, "edges", et.dirname, f"c{c:05d}",
-                                       f"p{p:05d}.npy"), rows[:, k == c])
+                                       f"{tag}.npy"), rows[:, k == c])
 
 
 def _gather(folder: str, width: int) -> np.ndarray:
@@ -196,7 +212,7 @@ def check_node_range(task) -> str | None:
 
 def _rows(plan, parts, rows, rel, like) -> np.ndarray:
     out = np.empty_like(like)
-    for q in np.unique(parts):
+    for q in unique_ints(parts):
         sel = parts == q
         out[sel] = np.asarray(plan.load(int(q), *rel))[rows[sel]]
     return out

@@ -1,7 +1,8 @@
 """Build one part from its pieces: owned nodes, CSC per edge type, halo, features.
 
-Streaming: outputs are pre-sized memory-mapped ``.npy`` files filled one node range / one
-destination sub-range at a time. A task holds one range of node rows or one sub-range of
+Streaming: outputs are ``.npy`` files written front to back, one node range / one destination
+sub-range at a time; inputs are read by row range (no memory-mapping: mapped pages would count
+in the worker's memory). A task holds one range of node rows or one sub-range of
 edges (``range_size`` destination nodes' in-edges, gathered from every chunk's bucket), plus
 the part's halo list; never the part's, let alone the graph's, edges at once. The part is
 written into a temporary folder and renamed into place when complete.
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from formats import EdgeType
+from formats.npyio import NpyWriter, npy_shape, read_rows
 from pipeline.arrayops import unique_ints
 from .plan import DispatchPlan, atomic_folder
 
@@ -25,11 +27,6 @@ class PartTask:
     p: int
     node_map: dict[str, list[list[int]]]
     target: str                         # final folder of the part (local path)
-
-
-def _memmap(path: str, shape, dtype) -> np.ndarray:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=tuple(shape))
 
 
 def build_part(task: PartTask) -> dict:
@@ -53,34 +50,26 @@ def _write_nodes(plan: DispatchPlan, t: str, p: int, book: list[int], out: str) 
     pieces = [plan.node_piece(t, k) for k in range(len(plan.ranges(t)))]
     n = book[1] - book[0]
     fields = ["orig", *plan.graph.node_data.get(t, {})]
-    targets = {}
     for name in fields:
-        like = np.load(os.path.join(pieces[0], f"p{p:05d}.{name}.npy"), mmap_mode="r")
+        shape, dtype = npy_shape(os.path.join(pieces[0], f"p{p:05d}.{name}.npy"))
         path = os.path.join(out, "nodes", t, "orig_ids.npy") if name == "orig" else \
             os.path.join(out, "node_feats", t, f"{name}.npy")
-        targets[name] = _memmap(path, (n, *like.shape[1:]), like.dtype)
-    pos = 0
-    for d in pieces:
-        rows = 0
-        for name, target in targets.items():
-            values = np.load(os.path.join(d, f"p{p:05d}.{name}.npy"))
-            target[pos:pos + len(values)] = values
-            rows = len(values)
-        pos += rows
-    for target in targets.values():
-        target.flush()
+        writer = NpyWriter(path, (n, *shape[1:]), dtype)
+        for d in pieces:
+            writer.write(np.load(os.path.join(d, f"p{p:05d}.{name}.npy")))
+        writer.close()
 
 
 def _sub_ranges(plan: DispatchPlan, et: EdgeType, p: int):
     """Yield ``(rows [3, m] sorted by destination, bucket slices)`` per destination sub-range."""
     buckets = [plan.edge_bucket(et, k) for k in range(len(plan.graph.edge_chunks[et]))]
     offsets = [np.load(os.path.join(b, f"p{p:05d}.offsets.npy")) for b in buckets]
-    rows_mm = [np.load(os.path.join(b, f"p{p:05d}.npy"), mmap_mode="r") for b in buckets]
     n_sub = len(offsets[0]) - 1 if offsets else 0
     for j in range(n_sub):
         slices = [slice(int(o[j]), int(o[j + 1])) for o in offsets]
-        parts = [np.asarray(r[:, sl]) for r, sl in zip(rows_mm, slices)]
-        rows = np.concatenate(parts, axis=1) if parts else np.empty((3, 0), np.int64)
+        parts = [read_rows(os.path.join(b, f"p{p:05d}.npy"), sl.start, sl.stop)
+                 for b, sl in zip(buckets, slices)]
+        rows = np.concatenate(parts).T if parts else np.empty((3, 0), np.int64)
         order = np.argsort(rows[0], kind="stable")  # ties keep chunk (= edge ID) order
         yield rows[:, order], order, buckets, slices
 
@@ -106,31 +95,30 @@ def _write_csc(plan: DispatchPlan, et: EdgeType, p: int, node_map, halo: np.ndar
     m = sum(int(np.load(os.path.join(b, f"p{p:05d}.offsets.npy"))[-1]) for b in buckets)
     base = os.path.join(out, "edges", et.dirname)
     dtype = np.int32 if (s1 - s0) + len(halo) < 2**31 else np.int64
-    indptr = _memmap(os.path.join(base, "indptr.npy"), (d1 - d0 + 1,), np.int64)
-    indices = _memmap(os.path.join(base, "indices.npy"), (m,), dtype)
-    orig_ids = _memmap(os.path.join(base, "orig_ids.npy"), (m,), np.int64)
+    indptr = NpyWriter(os.path.join(base, "indptr.npy"), (d1 - d0 + 1,), np.int64)
+    indices = NpyWriter(os.path.join(base, "indices.npy"), (m,), dtype)
+    orig_ids = NpyWriter(os.path.join(base, "orig_ids.npy"), (m,), np.int64)
     feats = {}
     for name in plan.graph.edge_data.get(et, {}):
-        like = np.load(os.path.join(buckets[0], f"p{p:05d}.{name}.npy"), mmap_mode="r")
-        feats[name] = _memmap(os.path.join(out, "edge_feats", et.dirname, f"{name}.npy"),
-                              (m, *like.shape[1:]), like.dtype)
-    indptr[0] = pos = 0
-    sub_start = d0
+        shape, fdtype = npy_shape(os.path.join(buckets[0], f"p{p:05d}.{name}.npy"))
+        feats[name] = NpyWriter(os.path.join(out, "edge_feats", et.dirname, f"{name}.npy"),
+                                (m, *shape[1:]), fdtype)
+    indptr.write(np.zeros(1, np.int64))
+    pos, sub_start = 0, d0
     for rows, order, bucket_dirs, slices in _sub_ranges(plan, et, p):
         new_dst, new_src, eids = rows
         sub_end = min(sub_start + plan.range_size, d1)
-        n = len(eids)
         counts = np.bincount(new_dst - sub_start, minlength=sub_end - sub_start)
-        indptr[sub_start - d0 + 1:sub_end - d0 + 1] = pos + np.cumsum(counts)
-        indices[pos:pos + n] = np.where((new_src >= s0) & (new_src < s1), new_src - s0,
-                                        (s1 - s0) + np.searchsorted(halo, new_src))
-        orig_ids[pos:pos + n] = eids
-        for name, target in feats.items():
-            parts = [np.asarray(np.load(os.path.join(b, f"p{p:05d}.{name}.npy"),
-                                        mmap_mode="r")[sl]) for b, sl in zip(bucket_dirs, slices)]
-            target[pos:pos + n] = np.concatenate(parts)[order]
-        pos += n
+        indptr.write(pos + np.cumsum(counts))
+        indices.write(np.where((new_src >= s0) & (new_src < s1), new_src - s0,
+                               (s1 - s0) + np.searchsorted(halo, new_src)))
+        orig_ids.write(eids)
+        for name, writer in feats.items():
+            parts = [read_rows(os.path.join(b, f"p{p:05d}.{name}.npy"), sl.start, sl.stop)
+                     for b, sl in zip(bucket_dirs, slices)]
+            writer.write(np.concatenate(parts)[order])
+        pos += len(eids)
         sub_start = sub_end
-    for arr in (indptr, indices, orig_ids, *feats.values()):
-        arr.flush()
+    for writer in (indptr, indices, orig_ids, *feats.values()):
+        writer.close()
     return m

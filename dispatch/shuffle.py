@@ -1,7 +1,7 @@
 """Edges relabelled and bucketed by owner part (the part of their destination), per chunk.
 
 A task reads one input edge chunk (and its edge data rows), maps both endpoints through the
-memory-mapped old->new maps, and writes one bucket per part: ``[3, m]`` int64 rows
+memory-mapped old->new maps, and writes one bucket per part: ``[m, 3]`` int64 rows
 (new dst, new src, original edge ID) sorted by destination (ties in input order), the edge
 data rows in the same order, and the offsets of the part's destination sub-ranges (blocks of
 ``range_size`` owned nodes) so that a part is later built one sub-range at a time.
@@ -62,7 +62,7 @@ def bucket_edges(task: BucketTask) -> list[int]:
     with atomic_folder(final) as tmp:
         for p in range(plan.num_parts):
             sl = slice(bounds[p], bounds[p + 1])
-            write_array_chunk(os.path.join(tmp, f"p{p:05d}.npy"), rows[:, sl])
+            write_array_chunk(os.path.join(tmp, f"p{p:05d}.npy"), rows[:, sl].T)
             lo, hi = task.dst_ranges[p]
             subs = np.append(np.arange(lo, hi, plan.range_size), hi)
             write_array_chunk(os.path.join(tmp, f"p{p:05d}.offsets.npy"),

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from formats import ChunkedGraph, EdgeType, load_chunked_graph, read_edge_chunk
+from formats.npyio import npy_shape, read_rows
 from formats.output import write_array_chunk
 from formats.partitioned import PartitionedGraph, load_partitioned
 from pipeline.arrayops import unique_ints
@@ -89,21 +90,21 @@ def _check_edges(plan: VerifyPlan, et: EdgeType, p: int, orig, halo, referenced)
     pg = plan.parts
     base = ("edges", et.dirname)
     indptr = np.asarray(plan.load(p, *base, "indptr.npy"))
-    indices_mm = plan.load(p, *base, "indices.npy")
-    eids_mm = plan.load(p, *base, "orig_ids.npy")
+    indices_path = pg.part_path(p, *base, "indices.npy")
+    eids_path = pg.part_path(p, *base, "orig_ids.npy")
+    n_idx, n_eid = npy_shape(indices_path)[0][0], npy_shape(eids_path)[0][0]
     d0, d1 = pg.node_map[et.dst][p]
     s0, s1 = pg.node_map[et.src][p]
     e0, e1 = pg.edge_map[et][p]
     owned, limit = s1 - s0, (s1 - s0) + len(halo[et.src])
     if (len(indptr) != d1 - d0 + 1 or indptr[0] != 0 or (np.diff(indptr) < 0).any()
-            or indptr[-1] != len(indices_mm) or len(eids_mm) != len(indices_mm)
-            or len(indices_mm) != e1 - e0):
+            or indptr[-1] != n_idx or n_eid != n_idx or n_idx != e1 - e0):
         return _fail(p, "edge", et, "-", "indptr/indices/orig_ids inconsistent with edge_map")
     for j, a in enumerate(range(0, d1 - d0, plan.range_size)):
         b = min(a + plan.range_size, d1 - d0)
         lo, hi = int(indptr[a]), int(indptr[b])
-        indices = np.asarray(indices_mm[lo:hi]).astype(np.int64)
-        eids = np.asarray(eids_mm[lo:hi])
+        indices = read_rows(indices_path, lo, hi).astype(np.int64)
+        eids = read_rows(eids_path, lo, hi)
         bad = (indices < 0) | (indices >= limit)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])

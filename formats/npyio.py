@@ -1,0 +1,62 @@
+"""``.npy`` files read by row range and written sequentially, without memory-mapping.
+
+Memory-mapped pages a task touches count in its resident memory (and Dask's memory monitor
+sees them), so streaming steps read row ranges with a seek and write outputs front to back.
+Files are byte-identical to ``np.save`` of the whole array.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from numpy.lib import format as npformat
+
+
+def _header(f):
+    version = npformat.read_magic(f)
+    read = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
+    shape, fortran, dtype = read(f)
+    if fortran:
+        raise ValueError(f"{f.name}: Fortran-ordered arrays are not supported")
+    return shape, dtype, f.tell()
+
+
+def npy_shape(path: str) -> tuple[tuple[int, ...], np.dtype]:
+    with open(path, "rb") as f:
+        shape, dtype, _ = _header(f)
+    return shape, dtype
+
+
+def read_rows(path: str, start: int, stop: int) -> np.ndarray:
+    """Rows ``[start, stop)`` of a C-ordered ``.npy`` (holds only those rows)."""
+    with open(path, "rb") as f:
+        shape, dtype, offset = _header(f)
+        row = int(np.prod(shape[1:], dtype=np.int64))
+        stop = min(stop, shape[0])
+        count = max(stop - start, 0)
+        f.seek(offset + start * row * dtype.itemsize)
+        data = np.fromfile(f, dtype=dtype, count=count * row)
+    return data.reshape((count, *shape[1:]))
+
+
+class NpyWriter:
+    """Writes a ``.npy`` of known shape front to back: ``write(rows)`` appends rows."""
+
+    def __init__(self, path: str, shape, dtype):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.path, self.shape, self.dtype = path, tuple(int(x) for x in shape), np.dtype(dtype)
+        self.rows = 0
+        self._f = open(path, "wb")
+        npformat.write_array_header_1_0(self._f, {"descr": npformat.dtype_to_descr(self.dtype),
+                                                  "fortran_order": False, "shape": self.shape})
+
+    def write(self, rows: np.ndarray) -> None:
+        rows = np.ascontiguousarray(rows, dtype=self.dtype)
+        self._f.write(rows.tobytes())
+        self.rows += len(rows) if rows.ndim else 1
+
+    def close(self) -> None:
+        self._f.close()
+        if self.rows != self.shape[0]:
+            raise RuntimeError(f"{self.path}: wrote {self.rows} rows of {self.shape[0]}")

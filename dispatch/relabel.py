@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats.arrays import array_info
 from formats.output import write_array_chunk
 from pipeline.convert.sources import ChunkedArray
 from .plan import DispatchPlan, atomic_folder
@@ -36,12 +35,8 @@ def count_range(task: RangeTask) -> np.ndarray:
 
 
 def node_data_sources(plan: DispatchPlan, ntype: str) -> dict[str, ChunkedArray]:
-    g = plan.graph
-    out = {}
-    for name, files in g.node_data.get(ntype, {}).items():
-        rows = tuple(array_info(g.path(f), files).rows for f in files.files)
-        out[name] = ChunkedArray(g.root, g.root, files, rows)
-    return out
+    return {name: ChunkedArray.of(plan.graph, files)
+            for name, files in plan.graph.node_data.get(ntype, {}).items()}
 
 
 def relabel_range(task: RangeTask) -> None:

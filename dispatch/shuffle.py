@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from formats import EdgeType, read_edge_chunk
-from formats.arrays import array_info
 from formats.output import write_array_chunk
 from pipeline.convert.sources import ChunkedArray
 from .plan import DispatchPlan, atomic_folder
@@ -33,12 +32,8 @@ class BucketTask:
 
 
 def edge_data_sources(plan: DispatchPlan, et: EdgeType) -> dict[str, ChunkedArray]:
-    g = plan.graph
-    out = {}
-    for name, files in g.edge_data.get(et, {}).items():
-        rows = tuple(array_info(g.path(f), files).rows for f in files.files)
-        out[name] = ChunkedArray(g.root, g.root, files, rows)
-    return out
+    return {name: ChunkedArray.of(plan.graph, files)
+            for name, files in plan.graph.edge_data.get(et, {}).items()}
 
 
 def bucket_edges(task: BucketTask) -> list[int]:

@@ -45,9 +45,8 @@ def timer():
 
 def run_baseline(code: str) -> dict:
     """Run ``code`` in a fresh Python; it must print a JSON dict. Adds its peak RSS (MB)."""
-    wrapper = code + "\nimport resource, json as _j\n" \
-        "print(_j.dumps({**RESULT, 'peak_rss_mb': resource.getrusage(resource.RUSAGE_SELF)" \
-        ".ru_maxrss / 1024}))"
+    wrapper = code + "\nimport json as _j\nfrom pipeline.cluster import peak_rss_bytes\n" \
+        "print(_j.dumps({**RESULT, 'peak_rss_mb': peak_rss_bytes() / 2**20}))"
     out = subprocess.run([sys.executable, "-c", wrapper], check=True, capture_output=True,
                          text=True).stdout
     return json.loads(out.strip().splitlines()[-1])

@@ -10,13 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from formats import load_chunked_graph, validate_chunked_graph
-from formats.arrays import array_info
 from .sources import ChunkedArray, ChunkFileEdges, EdgeSource, SourceGraph
-
-
-def _array(graph, files) -> ChunkedArray:
-    rows = tuple(array_info(graph.path(f), files).rows for f in files.files)
-    return ChunkedArray(graph.root, graph.root, files, rows)
 
 
 def from_chunked(folder: str, chunk_size: int, runner, nan_policy: str) -> SourceGraph:
@@ -26,7 +20,7 @@ def from_chunked(folder: str, chunk_size: int, runner, nan_policy: str) -> Sourc
                            runner=lambda fn, items: runner(fn, items, "validate input"))
     edges = []
     for et in graph.edge_types:
-        data = tuple((name, _array(graph, files))
+        data = tuple((name, ChunkedArray.of(graph, files))
                      for name, files in graph.edge_data.get(et, {}).items())
         bounds = np.cumsum((0,) + graph.edge_chunks[et])
         paths = [graph.path(rel) for rel in graph.edges[et].files]
@@ -38,7 +32,7 @@ def from_chunked(folder: str, chunk_size: int, runner, nan_policy: str) -> Sourc
                                         tuple(int(bounds[i]) for i in hit), graph.edges[et],
                                         data, start, stop))
         edges.append(EdgeSource(et, tuple(parts), tuple(name for name, _ in data)))
-    node_data = {t: {name: _array(graph, files) for name, files in fields.items()}
+    node_data = {t: {name: ChunkedArray.of(graph, files) for name, files in fields.items()}
                  for t, fields in graph.node_data.items()}
     return SourceGraph(graph.graph_name, graph.node_types, dict(graph.num_nodes), tuple(edges),
                        node_data, inputs=(folder,))

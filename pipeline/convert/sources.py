@@ -343,6 +343,13 @@ class ChunkedArray(ArraySource):
     files: ChunkFiles = None
     rows_per_file: tuple[int, ...] = ()
 
+    @classmethod
+    def of(cls, graph, files: ChunkFiles) -> "ChunkedArray":
+        """A field of a chunked graph (rows per file read from the files' headers)."""
+        from formats.arrays import array_info
+        rows = tuple(array_info(graph.path(f), files).rows for f in files.files)
+        return cls(graph.root, graph.root, files, rows)
+
     @property
     def num_rows(self) -> int:
         return sum(self.rows_per_file)

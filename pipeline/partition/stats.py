@@ -1,19 +1,22 @@
 """Partition statistics, streamed over the chunks of the graph and of the assignment.
 
-One task per edge chunk (holds the chunk; looks up parts in the memory-mapped assignment) and
-one per node range (holds the range and its masks). The client merges counts, and for halo
-counts the distinct (part, source node) keys of cut edges: at most one 8-byte key per halo
-node per part.
+One task per edge chunk (holds the chunk; looks up parts in the memory-mapped assignment;
+writes the distinct halo sources of each part to a scratch file), one per node range (holds
+the range and its masks), and one per (node type, part) that counts distinct halo nodes with a
+1-byte-per-node bitmap, reading one scratch file at a time. The client merges small counts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import os
+import shutil
+import tempfile
+
 import numpy as np
 
 from formats import ChunkedGraph, ChunkFiles, EdgeType, read_edge_chunk
-from formats.arrays import array_info
 from formats.assignment import Assignment
 from ..arrayops import unique_ints
 from ..convert.sources import ChunkedArray
@@ -29,17 +32,37 @@ class EdgeStatsTask:
     etype: EdgeType
     assignment: Assignment
     num_src: int
+    scratch: str
+    index: int
 
 
 def edge_chunk_stats(task: EdgeStatsTask):
-    """``(owned edges per part, cut edges, unique halo keys part * num_src + src)``."""
+    """``(owned edges per part, cut edges)``; writes each part's distinct halo sources."""
     p = task.assignment.meta.num_parts
     src, dst = read_edge_chunk(task.path, task.files)
     ps = np.asarray(task.assignment.parts_of(task.etype.src)[src])
     pd = np.asarray(task.assignment.parts_of(task.etype.dst)[dst])
     cut = ps != pd
     keys = unique_ints(pd[cut].astype(np.int64) * task.num_src + src[cut], inplace=True)
-    return np.bincount(pd, minlength=p), int(cut.sum()), keys
+    bounds = np.searchsorted(keys, np.arange(p + 1) * task.num_src)
+    for q in range(p):
+        if bounds[q + 1] > bounds[q]:
+            folder = os.path.join(task.scratch, task.etype.src, f"p{q:05d}")
+            os.makedirs(folder, exist_ok=True)
+            np.save(os.path.join(folder, f"c{task.index:06d}.npy"),
+                    keys[bounds[q]:bounds[q + 1]] - q * task.num_src)
+    return np.bincount(pd, minlength=p), int(cut.sum())
+
+
+def count_halo(task: tuple[str, int]) -> int:
+    """Distinct halo nodes in one (type, part) scratch folder: a bitmap of the type's nodes."""
+    folder, num_nodes = task
+    if not os.path.isdir(folder):
+        return 0
+    seen = np.zeros(num_nodes, dtype=bool)
+    for f in os.listdir(folder):
+        seen[np.load(os.path.join(folder, f))] = True
+    return int(seen.sum())
 
 
 @dataclass(frozen=True)
@@ -69,30 +92,32 @@ def _imbalance(counts) -> float:
 def partition_stats(graph: ChunkedGraph, assignment: Assignment, runner) -> dict:
     """Edge cut, per-part nodes/edges/splits/halo and imbalance per constraint (a JSON dict)."""
     p = assignment.meta.num_parts
+    scratch = tempfile.mkdtemp(prefix="graphprep-stats-")
     edge_tasks = [EdgeStatsTask(graph.path(rel), graph.edges[et], et, assignment,
-                                graph.num_nodes[et.src])
-                  for et in graph.edge_types for rel in graph.edges[et].files]
+                                graph.num_nodes[et.src], scratch, i)
+                  for i, (et, rel) in enumerate((et, rel) for et in graph.edge_types
+                                                for rel in graph.edges[et].files)]
     node_tasks = []
     for t in graph.node_types:
-        masks = tuple((name, _chunked(graph, graph.node_data[t][name]))
+        masks = tuple((name, ChunkedArray.of(graph, graph.node_data[t][name]))
                       for name in SPLITS if name in graph.node_data.get(t, {}))
         node_tasks += [NodeStatsTask(t, s, min(s + NODE_SLICE, graph.num_nodes[t]), assignment,
                                      masks) for s in range(0, graph.num_nodes[t], NODE_SLICE)]
-    edge_results = runner(edge_chunk_stats, edge_tasks, "stats (edges)")
+    try:
+        edge_results = runner(edge_chunk_stats, edge_tasks, "stats (edges)")
+        halo_tasks = [(os.path.join(scratch, t, f"p{q:05d}"), graph.num_nodes[t])
+                      for t in graph.node_types for q in range(p)]
+        halo_counts = runner(count_halo, halo_tasks, "stats (halo)")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     node_results = runner(node_range_stats, node_tasks, "stats (nodes)")
 
     edges_per_part = np.zeros(p, dtype=np.int64)
     cut = 0
-    halo_keys: dict[str, list] = {t: [] for t in graph.node_types}
-    for task, (owned, n_cut, keys) in zip(edge_tasks, edge_results):
+    for owned, n_cut in edge_results:
         edges_per_part += owned
         cut += n_cut
-        halo_keys[task.etype.src].append(keys)
-    halo = {}
-    for t, keys in halo_keys.items():
-        merged = (unique_ints(np.concatenate(keys), inplace=True) if keys
-                  else np.empty(0, np.int64))
-        halo[t] = np.bincount(merged // graph.num_nodes[t], minlength=p).tolist()
+    halo = {t: halo_counts[i * p:(i + 1) * p] for i, t in enumerate(graph.node_types)}
     nodes = {t: np.zeros(p, dtype=np.int64) for t in graph.node_types}
     splits = {name: np.zeros(p, dtype=np.int64) for name in SPLITS}
     has_split = set()
@@ -122,11 +147,6 @@ def partition_stats(graph: ChunkedGraph, assignment: Assignment, runner) -> dict
         imbalance["train"] = _imbalance(splits["train_mask"])
     stats["imbalance"] = imbalance
     return stats
-
-
-def _chunked(graph: ChunkedGraph, files: ChunkFiles) -> ChunkedArray:
-    rows = tuple(array_info(graph.path(f), files).rows for f in files.files)
-    return ChunkedArray(graph.root, graph.root, files, rows)
 
 
 def format_table(stats: dict) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 from formats import ChunkedGraph, EdgeType
 from formats.assignment import Assignment
 
-RANGE_SIZE = 1 << 20
+RANGE_SIZE = 1 << 17  # nodes per relabel task and per destination sub-range of a part
 
 
 @dataclass(frozen=True)

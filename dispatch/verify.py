@@ -25,7 +25,7 @@ from pipeline.arrayops import unique_ints
 from pipeline.cluster import ClusterOptions, TaskRunner, dask_client
 from .relabel import node_data_sources
 from .shuffle import edge_data_sources
-from .plan import DispatchPlan
+from .plan import RANGE_SIZE, DispatchPlan
 
 
 class VerifyError(Exception):
@@ -37,7 +37,7 @@ class VerifyPlan:
     graph: ChunkedGraph
     parts: PartitionedGraph
     work: str
-    range_size: int = 1 << 20
+    range_size: int = RANGE_SIZE
 
     def node_ranges(self, t: str) -> np.ndarray:
         return np.arange(0, self.graph.num_nodes[t], self.range_size)

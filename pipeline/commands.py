@@ -240,8 +240,9 @@ def partition(chunked, out, num_parts, method, balance, objective, imbalance, se
               help="Deliver part p to the Dask worker named NAME[p mod M], which builds and "
                    "writes it under OUT/NAME/ on its own machine. The embedded cluster starts "
                    "one worker per name (simulated machines). Default: all parts in OUT.")
-@click.option("--range-size", type=click.IntRange(1), default=1 << 20, metavar="NODES",
-              help="Nodes per relabel task (a task holds one range).")
+@click.option("--range-size", type=click.IntRange(1), default=1 << 17, metavar="NODES",
+              help="Nodes per relabel task and per destination sub-range when building a "
+                   "part: a task holds one range of rows or the in-edges of one sub-range.")
 @overwrite_option
 @cluster_options
 def dispatch(chunked, assignment, out, machines, range_size, overwrite, cluster: ClusterOptions):

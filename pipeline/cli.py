@@ -65,6 +65,9 @@ def prep():
       prep synth OUT           synthetic graph, straight into the chunked format
       prep chunk INPUT OUT     raw input (CSV/Parquet/NumPy/OGB/Planetoid/PyG/DGL) -> chunked
       prep validate CHUNKED    check a chunked graph (metadata and every chunk)
+      prep partition CHUNKED OUT -p P         partition assignment (random, metis) + stats
+      prep dispatch CHUNKED ASSIGNMENT OUT    per-part graph delivered to machines or URLs
+      prep verify CHUNKED PARTITIONED         check every edge and node survived
     """
 
 

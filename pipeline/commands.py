@@ -250,8 +250,9 @@ def dispatch(chunked, assignment, out, machines, range_size, overwrite, cluster:
     from the chunked graph CHUNKED and the partition ASSIGNMENT: new contiguous IDs per part,
     CSC per edge type, 1-hop halo, features, labels, masks, original-ID maps, graph.json.
 
-    Out of core: edges are bucketed by owner part on disk; a part task holds only its part.
-    Resumable: rerun the same command after a failure or kill to finish the job.
+    Out of core: edges are bucketed by owner part on disk and a part is built one destination
+    sub-range at a time; no task holds all edges. Resumable: rerun the same command after a
+    failure or kill to finish the job with the same bytes.
     """
     from dispatch.job import run_dispatch
 

@@ -1,6 +1,7 @@
-"""On-disk formats of graphprep: the chunked graph (DESIGN §1), later the partition assignment
-(§2) and the partitioned graph (§3). Readers, writers and validation; imports only numpy,
-pyarrow and fsspec. The reference is ``formats/FORMATS.md``."""
+"""On-disk formats of graphprep: the chunked graph (DESIGN §1, ``schema``/``arrays``/
+``validate``), the partition assignment (§2, ``assignment``) and the partitioned graph (§3,
+``partitioned``). Readers, writers and validation; imports only numpy, pyarrow and fsspec.
+The reference is ``formats/FORMATS.md``."""
 
 from .errors import FormatError
 from .schema import (ChunkedGraph, ChunkFiles, EdgeType, even_chunks, load_chunked_graph,

@@ -51,6 +51,7 @@ class LocalPart:
     orig_ids: dict[str, torch.Tensor]
     halo_ids: dict[str, torch.Tensor]
     csc: dict[EdgeType, LocalCSC]
+    node_data: dict[str, dict[str, torch.Tensor]]
 
     @classmethod
     def load(cls, graph_json: str, p: int) -> "LocalPart":
@@ -60,11 +61,31 @@ class LocalPart:
         csc = {et: LocalCSC(*(_tensor(g.part_path(p, "edges", et.dirname, f"{name}.npy"))
                               for name in ("indptr", "indices", "orig_ids")))
                for et in g.edge_types}
-        return cls(g, p, orig, halo, csc)
+        data = {t: {name: _tensor(g.part_path(p, "node_feats", t, f"{name}.npy"))
+                    for name in g.node_feats.get(t, {})} for t in g.node_types}
+        return cls(g, p, orig, halo, csc, data)
+
+    def start(self, ntype: str) -> int:
+        """First new ID of the nodes of ``ntype`` this part owns."""
+        return self.graph.node_map[ntype][self.p][0]
+
+    def place(self, placement: str) -> "LocalPart":
+        """The CSC moved to ``cpu`` (mmap, as loaded), ``pinned`` host memory or ``cuda``.
+
+        ``pinned`` and ``cuda`` copy the structure (indptr, indices, halo); features stay
+        memory-mapped on the host either way and are gathered per batch.
+        """
+        if placement == "cpu":
+            return self
+        move = (lambda t: t.pin_memory()) if placement == "pinned" else (lambda t: t.to("cuda"))
+        csc = {et: LocalCSC(move(c.indptr), move(c.indices), c.orig_ids)
+               for et, c in self.csc.items()}
+        halo = {t: move(h) for t, h in self.halo_ids.items()}
+        return LocalPart(self.graph, self.p, self.orig_ids, halo, csc, self.node_data)
 
     def local_to_new(self, ntype: str, local: torch.Tensor) -> torch.Tensor:
         """Per-type new node IDs of local source indices (owned, then halo)."""
-        start = self.graph.node_map[ntype][self.p][0]
+        start = self.start(ntype)
         owned = len(self.orig_ids[ntype])
         halo = self.halo_ids[ntype].to(local.device)
         return torch.where(local < owned, local + start,

@@ -1,0 +1,130 @@
+"""``python -m trainer``: distributed GraphSAGE node classification on a partitioned graph.
+
+Without ``RANK`` in the environment it launches one rank per part (``--ranks-per-part`` R: R per
+part) on this machine; under ``torchrun`` (or any launcher setting ``RANK``, ``WORLD_SIZE``,
+``MASTER_ADDR``, ``MASTER_PORT``) it runs as that rank.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+import warnings
+
+import click
+
+from formats.errors import FormatError
+from formats.partitioned import load_partitioned
+
+
+def _ints(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        return [int(v) for v in value.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: comma-separated integers, e.g. 15,10,5") from None
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"],
+                                 "show_default": True, "max_content_width": 100})
+@click.option("--graph", required=True, type=click.Path(),
+              help="graph.json written by `prep dispatch` (or its folder).")
+@click.option("--fanouts", default="10,10", callback=_ints,
+              help="Neighbors sampled per hop, from the seeds outward; -1 = all. The number "
+                   "of values is the number of GraphSAGE layers.")
+@click.option("--eval-fanouts", default=None, callback=_ints,
+              help="Fanouts for validation/test [default: --fanouts].")
+@click.option("--batch-size", default=512, help="Seed nodes per training batch, per rank.")
+@click.option("--eval-batch-size", default=2048, help="Seed nodes per evaluation batch.")
+@click.option("--epochs", default=10, help="Epochs to train (a resumed run stops here too).")
+@click.option("--lr", default=0.005, help="Adam learning rate.")
+@click.option("--weight-decay", default=5e-4, help="Adam weight decay.")
+@click.option("--hidden", default=128, help="Hidden width of the GraphSAGE layers.")
+@click.option("--dropout", default=0.5, help="Dropout before every layer.")
+@click.option("--device", default="cpu", type=click.Choice(["cpu", "cuda"]),
+              help="Where the model runs (cuda: one GPU per rank, by LOCAL_RANK; DDP uses "
+                   "nccl, else gloo).")
+@click.option("--placement", default="cpu", type=click.Choice(["cpu", "pinned", "cuda"]),
+              help="Where the part's graph structure lives and is sampled: cpu (memory-mapped), "
+                   "pinned (page-locked host memory), cuda (sampling on the GPU).")
+@click.option("--ranks-per-part", default=1, help="Ranks serving each part; they split its "
+                                                  "seeds. World size = parts x this.")
+@click.option("--target", default=None,
+              help="Node type to classify [default: the one type with label and train_mask].")
+@click.option("--seed", default=0, help="Seed of model init, shuffling, sampling and dropout: "
+                                        "the same seed gives the same run.")
+@click.option("--rpc-timeout", default=30.0, help="Seconds before an RPC or collective to a "
+                                                  "silent rank fails (and ends the job).")
+@click.option("--prefetch", default=2, help="Batches sampled ahead by the background loader.")
+@click.option("--checkpoint-dir", default=None, type=click.Path(),
+              help="Folder for the per-epoch checkpoint [default: checkpoints/<graph name>].")
+@click.option("--resume", is_flag=True, help="Continue from the checkpoint in --checkpoint-dir.")
+@click.option("--metrics-out", default=None, type=click.Path(),
+              help="Write per-epoch metrics (accuracy, time breakdown, RPC bytes) as JSON here.")
+@click.option("--threads", default=0, help="torch threads per rank [default 0: cores / ranks "
+                                           "on this machine].")
+@click.option("--progress/--no-progress", default=True, help="Progress bar on rank 0.")
+@click.option("-v", "--verbose", is_flag=True, help="Log every rank, not only rank 0.")
+@click.option("--fail-rank", default=None, type=int, hidden=True)
+@click.option("--fail-mode", default="raise", type=click.Choice(["raise", "kill"]), hidden=True)
+@click.option("--fail-epoch", default=0, hidden=True)
+def main(graph, threads, verbose, **options):
+    """Train GraphSAGE (node classification) on the parts made by `prep dispatch`: DDP for
+    gradients, torch.distributed.rpc for remote sampling and features.
+
+    \b
+    Example:
+      python -m trainer --graph parts/graph.json --fanouts 15,10,5 --epochs 20
+    """
+    rank = os.environ.get("RANK")
+    _setup_logging(rank, verbose)
+    try:
+        meta = load_partitioned(graph)
+    except FormatError as err:
+        raise click.ClickException(str(err)) from None
+    from .train import TrainConfig
+    cfg = TrainConfig(graph=graph, **options)
+    if cfg.checkpoint_dir is None:
+        cfg.checkpoint_dir = os.path.join("checkpoints", meta.graph_name)
+    if rank is None:
+        from .launch import launch_local
+        world = meta.num_parts * cfg.ranks_per_part
+        logging.getLogger("trainer").info("launching %d ranks: %d parts x %d", world,
+                                          meta.num_parts, cfg.ranks_per_part)
+        sys.exit(launch_local(sys.argv[1:], world))
+    _run_as_rank(cfg, threads)
+
+
+def _run_as_rank(cfg, threads: int) -> None:
+    import torch
+
+    from .rendezvous import RankEnv
+    from .train import run_rank
+    env = RankEnv.from_env()
+    # torch's own DDP setup calls a deprecated path (Backend as ProcessGroup): not ours to fix
+    warnings.filterwarnings("ignore", message="You are using a Backend")
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local))
+    try:
+        summary = run_rank(cfg, env)
+    except BaseException as err:  # noqa: BLE001 - any failure ends the rank, loudly
+        detail = traceback.format_exc() if not isinstance(err, ValueError) else ""
+        logging.getLogger("trainer").error("rank %d failed: %s: %s\n%s", env.rank,
+                                           type(err).__name__, err, detail)
+        sys.stderr.flush()
+        os._exit(1)  # skip RPC shutdown: it would wait for the ranks this one is leaving
+    if env.rank == 0:
+        print(f"test accuracy {summary['test_acc']:.4f} (epoch {summary['best_epoch']}, best "
+              f"validation {summary['val_acc']:.4f}); final epoch {summary['final_test_acc']:.4f}"
+              f"; {summary['mean_epoch_s']:.2f} s/epoch", flush=True)
+
+
+def _setup_logging(rank: str | None, verbose: bool) -> None:
+    tag = "launcher" if rank is None else f"rank {rank}"
+    level = logging.INFO if rank in (None, "0") or verbose else logging.WARNING
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format=f"%(asctime)s [{tag}] %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")

@@ -1,0 +1,164 @@
+"""What a rank serves to the others, and how requests reach a part's server.
+
+:class:`PartServer` answers two requests about the nodes its part owns: sample in-neighbors
+(all edge types of a hop in one request) and gather data rows. A :class:`Transport` delivers a
+request to the server of a part and returns a future: :class:`RpcTransport` over
+``torch.distributed.rpc`` between ranks, :class:`LocalTransport` in-process (one process holding
+several parts: tests, and a single-rank run). Both count the bytes a remote request moves.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+from torch.futures import Future
+
+from .partition import LocalPart
+from .sampler import sample_neighbors
+
+
+@dataclass
+class SampleRequest:
+    """Sample up to ``fanout`` in-neighbors of ``nodes`` (per-type new IDs, all owned by the
+    receiving part) over every edge type whose destination type is listed. ``seed`` keys the
+    random stream so results do not depend on thread timing."""
+
+    nodes: dict[str, torch.Tensor]
+    fanout: int
+    seed: int
+
+
+# per edge type: (position of the destination in ``SampleRequest.nodes[dst type]``, source new ID)
+SampleResponse = dict[str, tuple[torch.Tensor, torch.Tensor]]
+
+
+class PartServer:
+    """Serves the nodes of one part: sampling on the part's placement device, data rows from
+    the memory-mapped arrays. Holds the loaded part (mapped, not read) and nothing per request."""
+
+    def __init__(self, part: LocalPart):
+        self.part = part
+        self.device = next(iter(part.csc.values())).indptr.device if part.csc else \
+            torch.device("cpu")
+
+    def sample(self, request: SampleRequest) -> SampleResponse:
+        """Sampled in-edges of the requested owned nodes, per edge type (CPU tensors)."""
+        generator = torch.Generator(device=self.device).manual_seed(request.seed)
+        out: SampleResponse = {}
+        for et, csc in self.part.csc.items():
+            ids = request.nodes.get(et.dst)
+            if ids is None or not len(ids):
+                continue
+            local = ids.to(self.device) - self.part.start(et.dst)
+            picked = sample_neighbors(csc.indptr, local, request.fanout, generator)
+            src_new = self.part.local_to_new(et.src, csc.indices[picked.edge_pos].long())
+            out[str(et)] = (picked.seed_pos, src_new)
+        return out
+
+    def rows(self, name: str, nodes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Rows of the data array ``name`` of owned nodes (per-type new IDs), gathered."""
+        return {t: self.part.node_data[t][name][ids - self.part.start(t)]
+                for t, ids in nodes.items()}
+
+
+def payload_bytes(obj) -> int:
+    """Bytes of the tensors in a (nested) request or response."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(payload_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(payload_bytes(v) for v in obj)
+    if isinstance(obj, SampleRequest):
+        return payload_bytes(obj.nodes)
+    return 0
+
+
+class Transport:
+    """Delivers ``method(*args)`` to the server of ``part``; counts remote bytes."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.requests = 0
+
+    def call(self, part: int, method: str, *args) -> Future:
+        fut = self._send(part, method, args)
+        with self._lock:
+            self.requests += 1
+            self.bytes_sent += payload_bytes(args)
+
+        def count(done: Future):
+            with self._lock:
+                self.bytes_received += payload_bytes(done.value())
+            return done.value()
+        return fut.then(count)
+
+    def take_counters(self) -> dict[str, int]:
+        """RPC counters since the last call, reset."""
+        with self._lock:
+            out = {"rpc_requests": self.requests, "rpc_bytes_sent": self.bytes_sent,
+                   "rpc_bytes_received": self.bytes_received}
+            self.requests = self.bytes_sent = self.bytes_received = 0
+        return out
+
+    def _send(self, part: int, method: str, args: tuple) -> Future:
+        raise NotImplementedError
+
+
+class LocalTransport(Transport):
+    """In-process servers of several parts: answers at once with a completed future."""
+
+    def __init__(self, servers: dict[int, PartServer]):
+        super().__init__()
+        self.servers = servers
+
+    def _send(self, part, method, args):
+        fut = Future()
+        try:
+            fut.set_result(getattr(self.servers[part], method)(*args))
+        except Exception as err:  # delivered like an RPC error: raised on wait()
+            fut.set_exception(err)
+        return fut
+
+
+_SERVER: PartServer | None = None
+
+
+def serve(server: PartServer) -> None:
+    """Make ``server`` answer RPC requests in this process."""
+    global _SERVER
+    _SERVER = server
+
+
+def _rpc_entry(method: str, *args):
+    if _SERVER is None:
+        raise RuntimeError("this rank serves no part yet")
+    return getattr(_SERVER, method)(*args)
+
+
+class RpcTransport(Transport):
+    """Requests to other ranks over ``torch.distributed.rpc``.
+
+    With several ranks per part, this rank asks the rank of the same local index on the target
+    part, spreading the load over the part's ranks. ``timeout`` (s) bounds each request.
+    """
+
+    def __init__(self, ranks_per_part: int, local_index: int, timeout: float):
+        super().__init__()
+        self.ranks_per_part = ranks_per_part
+        self.local_index = local_index
+        self.timeout = timeout
+
+    def _send(self, part, method, args):
+        from torch.distributed import rpc
+        target = rank_name(part * self.ranks_per_part + self.local_index)
+        return rpc.rpc_async(target, _rpc_entry, args=(method, *args), timeout=self.timeout)
+
+
+def rank_name(rank: int) -> str:
+    """RPC worker name of a rank."""
+    return f"rank{rank}"

@@ -1,0 +1,287 @@
+"""One rank of distributed node classification: serve its part, train with DDP, evaluate.
+
+A rank serves part ``rank // ranks_per_part``. Per epoch: the loader samples and fetches ahead,
+the model trains under DDP ``Join`` (ranks with fewer batches shadow the others' all-reduces, so
+nothing is dropped and nothing hangs), then val/test accuracy is computed exactly (correct and
+total counts summed over ranks). Rank 0 logs, writes metrics and the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from formats.partitioned import load_partitioned
+
+from . import rendezvous
+from .checkpoint import load_checkpoint, save_checkpoint
+from .dist_sampler import DistNeighborSampler, mix_seed
+from .features import FeatureFetcher
+from .loader import NodeLoader, rank_seeds
+from .model import GraphSAGE
+from .partition import LocalPart
+from .service import PartServer, RpcTransport, serve
+from .timing import PHASES, Breakdown
+
+log = logging.getLogger("trainer")
+
+PLACEMENTS = ("cpu", "pinned", "cuda")
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run depends on (the CLI's options)."""
+
+    graph: str
+    fanouts: list[int] = field(default_factory=lambda: [10, 10])
+    eval_fanouts: list[int] | None = None
+    batch_size: int = 512
+    eval_batch_size: int = 2048
+    epochs: int = 10
+    lr: float = 0.005
+    weight_decay: float = 5e-4
+    hidden: int = 128
+    dropout: float = 0.5
+    device: str = "cpu"
+    placement: str = "cpu"
+    ranks_per_part: int = 1
+    seed: int = 0
+    rpc_timeout: float = 30.0
+    prefetch: int = 2
+    target: str | None = None
+    checkpoint_dir: str | None = None
+    resume: bool = False
+    metrics_out: str | None = None
+    progress: bool = True
+    fail_rank: int | None = None        # testing: make this rank fail ...
+    fail_mode: str = "raise"            # ... by raising, or by SIGKILL
+    fail_epoch: int = 0
+
+    def check(self, num_parts: int, world_size: int) -> None:
+        """Raise ValueError naming the option that cannot work."""
+        if world_size != num_parts * self.ranks_per_part:
+            raise ValueError(f"world size {world_size} != {num_parts} parts x "
+                             f"--ranks-per-part {self.ranks_per_part}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"--placement must be one of {PLACEMENTS}")
+        if self.device.startswith("cuda") or self.placement != "cpu":
+            if not torch.cuda.is_available():
+                raise ValueError(f"--device {self.device} --placement {self.placement} needs "
+                                 "CUDA, and torch sees no GPU here")
+        if any(f == 0 or f < -1 for f in self.fanouts + (self.eval_fanouts or [])):
+            raise ValueError("fanouts are positive, or -1 for all neighbors")
+
+
+def target_type(graph, wanted: str | None) -> str:
+    """The node type to classify: ``wanted``, else the one type with label and train_mask."""
+    labeled = [t for t in graph.node_types
+               if {"label", "train_mask"} <= set(graph.node_feats.get(t, {}))]
+    if wanted:
+        if wanted not in labeled:
+            raise ValueError(f"--target {wanted}: not a node type with label and train_mask "
+                             f"(those are {labeled})")
+        return wanted
+    if len(labeled) != 1:
+        raise ValueError(f"node types with label and train_mask: {labeled}; pick one with "
+                         "--target")
+    return labeled[0]
+
+
+def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
+    """Train on this rank until ``cfg.epochs``; returns the final summary (same on all ranks)."""
+    graph = load_partitioned(cfg.graph)
+    cfg.check(graph.num_parts, env.world_size)
+    ntype = target_type(graph, cfg.target)
+    p, local_index = divmod(env.rank, cfg.ranks_per_part)
+    device = torch.device(cfg.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(env.local_rank % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
+    part = LocalPart.load(cfg.graph, p).place(cfg.placement)
+    server = PartServer(part)
+    serve(server)
+    rendezvous.start(env, "nccl" if device.type == "cuda" else "gloo", cfg.rpc_timeout)
+    log.info("rank %d serves part %d of %d (%s ranks per part)", env.rank, p, graph.num_parts,
+             cfg.ranks_per_part)
+
+    breakdown = Breakdown()
+    transport = RpcTransport(cfg.ranks_per_part, local_index, cfg.rpc_timeout)
+    sample_device = "cuda" if cfg.placement == "cuda" else "cpu"
+    fetcher = FeatureFetcher(part, server, transport, breakdown)
+
+    def loader(mask, fanouts, batch_size, shuffle):
+        sampler = DistNeighborSampler(part, server, transport, fanouts, sample_device, breakdown)
+        seeds = rank_seeds(part, ntype, mask, cfg.ranks_per_part, local_index)
+        return NodeLoader(sampler, fetcher, ntype, seeds, batch_size, seed=cfg.seed,
+                          rank=env.rank, shuffle=shuffle, prefetch=cfg.prefetch)
+
+    train_loader = loader("train_mask", cfg.fanouts, cfg.batch_size, True)
+    eval_loaders = {m: loader(f"{m}_mask", cfg.eval_fanouts or cfg.fanouts,
+                              cfg.eval_batch_size, False) for m in ("val", "test")}
+
+    num_classes = _num_classes(part, ntype)
+    torch.manual_seed(cfg.seed)
+    model = GraphSAGE({t: fetcher.dim(t, "feat") for t in graph.node_types}, cfg.hidden,
+                      num_classes, list(graph.edge_types), len(cfg.fanouts), cfg.dropout)
+    model = model.to(device)
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                  else None, find_unused_parameters=len(graph.edge_types) > 1)
+    ddp.register_comm_hook(None, _timed_allreduce(breakdown))
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    state = load_checkpoint(cfg.checkpoint_dir, model, optimizer) if cfg.resume else None
+    history: list[dict] = state["history"] if state else []
+    if state:
+        log.info("resumed from %s after epoch %d", cfg.checkpoint_dir, len(history) - 1)
+    for epoch in range(len(history), cfg.epochs):
+        torch.manual_seed(mix_seed(cfg.seed, epoch, env.rank))  # dropout: resumable exactly
+        start = time.perf_counter()
+        loss_sum, correct, seen = _train_epoch(cfg, env, ddp, optimizer, train_loader, epoch,
+                                               device, breakdown)
+        train_s = time.perf_counter() - start
+        with breakdown.clock("eval"):
+            accuracy = {m: _evaluate(model, ld, device) for m, ld in eval_loaders.items()}
+        record = _epoch_record(epoch, env, train_s, time.perf_counter() - start,
+                               [loss_sum, correct, seen, *accuracy["val"], *accuracy["test"]],
+                               breakdown.take(), transport.take_counters(),
+                               len(train_loader))
+        history.append(record)
+        if env.rank == 0:
+            _report(record, history, cfg)
+            if cfg.checkpoint_dir:
+                save_checkpoint(cfg.checkpoint_dir, model, optimizer, history, asdict(cfg))
+    summary = summarize(history)
+    dist.barrier()
+    rendezvous.stop()
+    return summary
+
+
+def _num_classes(part: LocalPart, ntype: str) -> int:
+    top = torch.tensor([int(part.node_data[ntype]["label"].max()) if
+                        len(part.node_data[ntype]["label"]) else -1])
+    dist.all_reduce(top, op=dist.ReduceOp.MAX)
+    return int(top) + 1
+
+
+def _timed_allreduce(breakdown: Breakdown):
+    """DDP's default all-reduce hook, timed from launch to completion (overlaps backward)."""
+    def hook(process_group, bucket):
+        start = time.perf_counter()
+        fut = default_hooks.allreduce_hook(process_group, bucket)
+
+        def done(f):
+            breakdown.add("allreduce", time.perf_counter() - start)
+            return f.value()
+        return fut.then(done)
+    return hook
+
+
+def _train_epoch(cfg, env, ddp, optimizer, loader, epoch, device, breakdown):
+    ddp.train()
+    loss_sum = torch.zeros((), dtype=torch.float64)
+    correct = seen = 0
+    bar = tqdm(total=len(loader), desc=f"epoch {epoch}", unit="batch", leave=False,
+               disable=env.rank != 0 or not cfg.progress)
+    with Join([ddp]):
+        for i, batch in enumerate(loader.epoch(epoch)):
+            if cfg.fail_rank == env.rank and epoch == cfg.fail_epoch and i == 0:
+                _inject_failure(cfg.fail_mode, env.rank)
+            batch = batch.to(device)
+            with breakdown.clock("forward_backward"):
+                logits = ddp(batch.blocks, batch.x, batch.ntype)
+                loss = torch.nn.functional.cross_entropy(logits, batch.y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            loss_sum += loss.detach().double().cpu() * len(batch.y)
+            correct += int((logits.argmax(1) == batch.y).sum())
+            seen += len(batch.y)
+            bar.update()
+    bar.close()
+    return float(loss_sum), correct, seen
+
+
+def _inject_failure(mode: str, rank: int) -> None:
+    if mode == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise RuntimeError(f"injected failure on rank {rank} (--fail-rank)")
+
+
+@torch.no_grad()
+def _evaluate(model, loader: NodeLoader, device) -> tuple[int, int]:
+    """(correct, total) over this rank's share of the mask: sums across ranks are exact."""
+    model.eval()
+    correct = total = 0
+    for batch in loader.epoch(0):
+        batch = batch.to(device)
+        correct += int((model(batch.blocks, batch.x, batch.ntype).argmax(1) == batch.y).sum())
+        total += len(batch.y)
+    return correct, total
+
+
+def _epoch_record(epoch, env, train_s, epoch_s, counts, times, rpc, batches) -> dict:
+    """One epoch's figures, reduced over ranks (counts and bytes summed, times averaged)."""
+    names = list(PHASES) + ["train_s", "epoch_s"]
+    values = counts + [times[p] for p in PHASES] + [train_s, epoch_s] + list(rpc.values()) + \
+        [batches]
+    total = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(total)
+    most = torch.tensor([train_s, epoch_s, batches], dtype=torch.float64)
+    dist.all_reduce(most, op=dist.ReduceOp.MAX)
+    total, most = total.tolist(), most.tolist()
+    loss_sum, correct, seen, val_c, val_n, test_c, test_n = total[:7]
+    per_rank = {n: round(v / env.world_size, 4) for n, v in zip(names, total[7:7 + len(names)])}
+    rpc_total = dict(zip(rpc, (int(v) for v in total[7 + len(names):-1])))
+    return {"epoch": epoch, "loss": loss_sum / max(seen, 1), "train_acc": correct / max(seen, 1),
+            "val_acc": val_c / val_n if val_n else math.nan,
+            "test_acc": test_c / test_n if test_n else math.nan,
+            "train_nodes": int(seen), "val_nodes": int(val_n), "test_nodes": int(test_n),
+            "epoch_s": float(most[1]), "train_s": float(most[0]),
+            "batches_total": int(total[-1]), "batches_max_rank": int(most[2]),
+            "time_per_rank_s": per_rank, **rpc_total}
+
+
+def summarize(history: list[dict]) -> dict:
+    """Final figures: test accuracy at the best validation epoch, and at the last epoch."""
+    best = max(history, key=lambda r: (r["val_acc"], -r["epoch"]))
+    last = history[-1]
+    return {"epochs": len(history), "best_epoch": best["epoch"], "val_acc": best["val_acc"],
+            "test_acc": best["test_acc"], "final_test_acc": last["test_acc"],
+            "mean_epoch_s": sum(r["epoch_s"] for r in history) / len(history)}
+
+
+def _report(record: dict, history: list[dict], cfg: TrainConfig) -> None:
+    t = record["time_per_rank_s"]
+    log.info("epoch %d: loss %.4f train %.4f val %.4f test %.4f | %.2f s (train %.2f) | "
+             "per rank: sample local %.2f remote %.2f, fetch %.2f, wait %.2f, fwd/bwd %.2f, "
+             "allreduce %.2f, eval %.2f s | rpc %d req, %.1f MB",
+             record["epoch"], record["loss"], record["train_acc"], record["val_acc"],
+             record["test_acc"], record["epoch_s"], record["train_s"], t["sample_local"],
+             t["sample_remote"], t["feature_fetch"], t["wait_batch"], t["forward_backward"],
+             t["allreduce"], t["eval"], record["rpc_requests"],
+             (record["rpc_bytes_sent"] + record["rpc_bytes_received"]) / 1e6)
+    if cfg.metrics_out:
+        write_json_atomic(cfg.metrics_out, {"config": asdict(cfg), "epochs": history,
+                                            "summary": summarize(history)})
+
+
+def write_json_atomic(path: str, obj) -> None:
+    """Write JSON to ``path`` through a temporary file renamed into place."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.partial")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)

@@ -89,9 +89,13 @@ def main(graph, threads, verbose, **options):
     cfg = TrainConfig(graph=graph, **options)
     if cfg.checkpoint_dir is None:
         cfg.checkpoint_dir = os.path.join("checkpoints", meta.graph_name)
+    world = meta.num_parts * cfg.ranks_per_part
+    try:
+        cfg.check(meta.num_parts, int(os.environ.get("WORLD_SIZE", world)))
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
     if rank is None:
         from .launch import launch_local
-        world = meta.num_parts * cfg.ranks_per_part
         logging.getLogger("trainer").info("launching %d ranks: %d parts x %d", world,
                                           meta.num_parts, cfg.ranks_per_part)
         sys.exit(launch_local(sys.argv[1:], world))

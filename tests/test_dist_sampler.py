@@ -1,0 +1,198 @@
+"""The distributed sampler and feature fetch across parts, in one process (LocalTransport):
+true edges by original ID, fanouts, blocks, distribution equal to a single-part sampler."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from scipy.stats import chi2_contingency, chisquare
+
+from conftest import edges_of, node_data_of, shared_data
+from formats import EdgeType
+from trainer.dist_sampler import DistNeighborSampler, relabel
+from trainer.features import FeatureFetcher
+from trainer.partition import LocalPart
+from trainer.service import LocalTransport, PartServer
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="CUDA-only path: no GPU on this machine; the same "
+                                          "code runs on the device machine when lent"))]
+
+
+def run_prep(scheduler, *args):
+    from pipeline.cli import prep
+    result = CliRunner().invoke(prep, [str(a) for a in args] +
+                                ["--no-progress", "--scheduler", scheduler])
+    assert result.exit_code == 0, (result.output, result.exception)
+
+
+@pytest.fixture(scope="module")
+def cora(scheduler, tmp_path_factory):
+    """Cora chunked, and dispatched into 1 and into 3 parts (METIS)."""
+    root = tmp_path_factory.mktemp("cora")
+    run_prep(scheduler, "chunk", shared_data("planetoid"), root / "cora", "--name", "cora")
+    out = {"chunked": root / "cora"}
+    for p in (1, 3):
+        run_prep(scheduler, "partition", root / "cora", root / f"a{p}", "-p", p,
+                 "--method", "metis")
+        run_prep(scheduler, "dispatch", root / "cora", root / f"a{p}", root / f"d{p}")
+        out[p] = str(root / f"d{p}" / "graph.json")
+    return out
+
+
+class Cluster:
+    """Every part of a dispatched graph served in this process, and new -> original IDs."""
+
+    def __init__(self, graph_json, placement="cpu"):
+        self.parts = [LocalPart.load(graph_json, 0)]
+        self.parts += [LocalPart.load(graph_json, p)
+                       for p in range(1, self.parts[0].graph.num_parts)]
+        self.servers = {p.p: PartServer(p.place(placement)) for p in self.parts}
+        self.transport = LocalTransport(self.servers)
+        self.orig = {t: torch.cat([p.orig_ids[t] for p in self.parts])
+                     for t in self.parts[0].graph.node_types}
+
+    def sampler(self, p, fanouts, device="cpu"):
+        return DistNeighborSampler(self.parts[p], self.servers[p], self.transport, fanouts,
+                                   device)
+
+    def new_of_orig(self, ntype, orig):
+        order = torch.argsort(self.orig[ntype])
+        return order[torch.searchsorted(self.orig[ntype][order], orig)]
+
+
+def block_edges_orig(cluster, block):
+    """Per edge type: (src original IDs, dst original IDs) of a block's edges."""
+    out = {}
+    for et, (src, dst) in block.edges.items():
+        s = block.src_nodes[et.src][src].cpu()
+        d = block.src_nodes[et.dst][:block.num_dst[et.dst]][dst].cpu()
+        out[et] = (cluster.orig[et.src][s], cluster.orig[et.dst][d])
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_multi_hop_blocks_hold_true_edges_and_respect_fanouts(cora, device):
+    cluster = Cluster(cora[3], placement="cuda" if device == "cuda" else "cpu")
+    src, dst = edges_of(cora["chunked"])
+    truth = set(zip(src.tolist(), dst.tolist()))
+    in_deg = np.bincount(dst, minlength=2708)
+    seeds = cluster.new_of_orig("_N", torch.arange(0, 2708, 37))
+    fanouts = [5, 3, -1]
+    mb = cluster.sampler(1, fanouts, device).sample("_N", seeds, seed=7)
+    assert torch.equal(mb.blocks[-1].src_nodes["_N"][:len(seeds)].cpu(), seeds)
+    for block, fanout in zip(reversed(mb.blocks), fanouts):
+        (s_orig, d_orig), = block_edges_orig(cluster, block).values()
+        pairs = list(zip(s_orig.tolist(), d_orig.tolist()))
+        assert set(pairs) <= truth                                   # true input edges
+        assert len(set(pairs)) == len(pairs)                         # no duplicates
+        dst_orig = cluster.orig["_N"][block.src_nodes["_N"][:block.num_dst["_N"]].cpu()]
+        got = Counter(d_orig.tolist())
+        want = in_deg[dst_orig] if fanout < 0 else np.minimum(in_deg[dst_orig], fanout)
+        assert [got.get(v, 0) for v in dst_orig.tolist()] == want.tolist()
+        assert len(torch.unique(block.src_nodes["_N"])) == len(block.src_nodes["_N"])
+    for lower, upper in zip(mb.blocks, mb.blocks[1:]):               # layers chain
+        assert torch.equal(lower.src_nodes["_N"][:lower.num_dst["_N"]], upper.src_nodes["_N"])
+
+
+def test_same_key_same_blocks_and_remote_requests_batched(cora):
+    cluster = Cluster(cora[3])
+    sampler = cluster.sampler(0, [10, 10])
+    seeds = torch.arange(0, 200)
+    a = sampler.sample("_N", seeds, seed=3)
+    counters = cluster.transport.take_counters()
+    b = sampler.sample("_N", seeds, seed=3)
+    assert all(torch.equal(x.src_nodes["_N"], y.src_nodes["_N"]) for x, y in zip(a.blocks,
+                                                                                   b.blocks))
+    assert counters["rpc_requests"] <= 2 * 2      # one request per remote owner per hop
+    assert counters["rpc_bytes_sent"] > 0
+
+
+def frontier_counts(cluster, p, seeds_orig, trials, fanouts):
+    seeds = cluster.new_of_orig("_N", seeds_orig)
+    sampler = cluster.sampler(p, fanouts)
+    counts = Counter()
+    for t in range(trials):
+        mb = sampler.sample("_N", seeds, seed=1000 + t)
+        counts.update(cluster.orig["_N"][mb.input_nodes["_N"]].tolist())
+    return counts
+
+
+def test_cross_part_frontier_distributed_like_a_single_part(cora):
+    """Two-hop frontiers from a 3-part graph (most of them crossing parts) against the same
+    sampler on 1 part: the node frequencies are one distribution (chi-square, contingency)."""
+    seeds_orig = torch.tensor([0, 5, 633, 1701, 2045])
+    one = frontier_counts(Cluster(cora[1]), 0, seeds_orig, 400, [4, 3])
+    three = frontier_counts(Cluster(cora[3]), 2, seeds_orig, 400, [4, 3])
+    nodes = sorted(set(one) | set(three))
+    table = np.array([[one.get(v, 0) for v in nodes], [three.get(v, 0) for v in nodes]])
+    table = table[:, table.sum(0) >= 10]          # chi-square needs populated cells
+    assert table.shape[1] > 20
+    assert chi2_contingency(table).pvalue > 0.001
+
+
+def test_each_edge_sampled_with_probability_fanout_over_degree(cora):
+    cluster = Cluster(cora[3])
+    src, dst = edges_of(cora["chunked"])
+    target = int(np.argmax(np.bincount(dst)))       # the highest in-degree node
+    nbrs = np.sort(src[dst == target])
+    sampler = cluster.sampler(0, [5])
+    seed = cluster.new_of_orig("_N", torch.tensor([target]))
+    counts = Counter()
+    for t in range(600):
+        (s_orig, _), = block_edges_orig(cluster, sampler.sample("_N", seed, t).blocks[0]).values()
+        counts.update(s_orig.tolist())
+    observed = np.array([counts[v] for v in nbrs])
+    assert observed.sum() == 600 * 5
+    assert chisquare(observed).pvalue > 0.001
+
+
+def test_features_and_labels_fetched_across_parts_equal_the_input(cora):
+    cluster = Cluster(cora[3])
+    feat = node_data_of(cora["chunked"], name="feat")
+    label = node_data_of(cora["chunked"], name="label")
+    fetcher = FeatureFetcher(cluster.parts[1], cluster.servers[1], cluster.transport)
+    ids = torch.randperm(2708, generator=torch.Generator().manual_seed(0))[:500]
+    x = fetcher.fetch("feat", {"_N": ids})["_N"]
+    y = fetcher.fetch("label", {"_N": ids})["_N"]
+    orig = cluster.orig["_N"][ids].numpy()
+    assert np.array_equal(x.numpy(), feat[orig]) and np.array_equal(y.numpy(), label[orig])
+    assert cluster.transport.take_counters()["rpc_requests"] == 4   # 2 remote owners x 2 calls
+
+
+def test_relabel_keeps_destinations_first_and_dedupes():
+    dst = {"a": torch.tensor([7, 3])}
+    edges = {EdgeType("b", "r", "a"): (torch.tensor([0, 0, 1]),
+                                                            torch.tensor([9, 4, 9])),
+             EdgeType("a", "s", "a"): (torch.tensor([1, 1]),
+                                                            torch.tensor([7, 5]))}
+    block = relabel(dst, edges)
+    assert block.src_nodes["a"].tolist() == [7, 3, 5] and block.num_dst == {"a": 2, "b": 0}
+    assert sorted(block.src_nodes["b"].tolist()) == [4, 9]
+    for et, (s, d) in block.edges.items():
+        assert block.src_nodes[et.src][s].tolist() == edges[et][1].tolist()
+        assert d.tolist() == edges[et][0].tolist()
+
+
+def test_heterogeneous_blocks_hold_true_edges_of_every_type(scheduler, tmp_path):
+    run_prep(scheduler, "synth", tmp_path / "mag", "--hetero", "--nodes", 20000, "--edges",
+             100000, "--seed", 1)
+    run_prep(scheduler, "partition", tmp_path / "mag", tmp_path / "a", "-p", 2)
+    run_prep(scheduler, "dispatch", tmp_path / "mag", tmp_path / "a", tmp_path / "d")
+    cluster = Cluster(str(tmp_path / "d" / "graph.json"))
+    graph = cluster.parts[0].graph
+    ntype = next(t for t in graph.node_types if "label" in graph.node_feats.get(t, {}))
+    mb = cluster.sampler(0, [5, 5]).sample(ntype, torch.arange(0, 300, 3), seed=0)
+    seen_types = set()
+    for block in mb.blocks:
+        for et, (s_orig, d_orig) in block_edges_orig(cluster, block).items():
+            src, dst = edges_of(tmp_path / "mag", str(et))
+            truth = set(zip(src.tolist(), dst.tolist()))
+            assert set(zip(s_orig.tolist(), d_orig.tolist())) <= truth
+            seen_types.add(et)
+    assert len(seen_types) == 2          # writes and cites: the types into papers
+    x = FeatureFetcher(cluster.parts[0], cluster.servers[0], cluster.transport).fetch(
+        "feat", mb.input_nodes)
+    assert x[ntype].shape[1] > 1 and all(v.shape[1] == 1 for t, v in x.items() if t != ntype)

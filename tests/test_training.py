@@ -1,0 +1,130 @@
+"""`python -m trainer` end to end: real ranks (processes), RPC and DDP over loopback.
+
+Cora goes chunk -> partition metis -> dispatch; training must beat chance by a wide margin,
+reproduce itself, survive uneven batch counts, resume exactly, and fail loudly and fast.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import shared_data
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_prep(scheduler, *args):
+    from pipeline.cli import prep
+    result = CliRunner().invoke(prep, [str(a) for a in args] +
+                                ["--no-progress", "--scheduler", scheduler])
+    assert result.exit_code == 0, (result.output, result.exception)
+
+
+@pytest.fixture(scope="module")
+def cora(scheduler, tmp_path_factory):
+    """Cora dispatched into 2 parts (METIS, train-balanced) and 3 parts (random)."""
+    root = tmp_path_factory.mktemp("cora-train")
+    run_prep(scheduler, "chunk", shared_data("planetoid"), root / "cora", "--name", "cora")
+    out = {}
+    for parts, method in ((2, "metis"), (3, "random")):
+        run_prep(scheduler, "partition", root / "cora", root / f"a{parts}", "-p", parts,
+                 "--method", method, *(("--balance", "train") if method == "metis" else ()))
+        run_prep(scheduler, "dispatch", root / "cora", root / f"a{parts}", root / f"d{parts}")
+        out[parts] = str(root / f"d{parts}" / "graph.json")
+    return out
+
+
+def train(graph, tmp_path, *args, name="m", timeout=300):
+    """Run the trainer; returns (process result, metrics JSON or None, seconds)."""
+    metrics = tmp_path / f"{name}.json"
+    cmd = [sys.executable, "-m", "trainer", "--graph", graph, "--no-progress",
+           "--metrics-out", str(metrics), "--checkpoint-dir", str(tmp_path / f"ckpt-{name}"),
+           "--threads", "1", *map(str, args)]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    took = time.monotonic() - start
+    data = json.loads(metrics.read_text()) if metrics.exists() else None
+    return proc, data, took
+
+
+CORA = ("--fanouts", "10,10", "--batch-size", 32, "--epochs", 12, "--lr", 0.01)
+
+
+def test_cora_two_parts_two_ranks_beats_075_and_reproduces(cora, tmp_path):
+    first, m1, _ = train(cora[2], tmp_path, *CORA, name="a")
+    assert first.returncode == 0, first.stderr[-3000:]
+    summary = m1["summary"]
+    assert summary["test_acc"] >= 0.75, summary                    # chance is ~0.14-0.32
+    assert "test accuracy" in first.stdout
+    epoch = m1["epochs"][-1]
+    assert epoch["train_nodes"] == 140 and epoch["test_nodes"] == 1000
+    assert epoch["val_nodes"] == 500 and epoch["rpc_requests"] > 0
+    assert set(epoch["time_per_rank_s"]) >= {"sample_local", "sample_remote", "feature_fetch",
+                                             "forward_backward", "allreduce"}
+    second, m2, _ = train(cora[2], tmp_path, *CORA, name="b")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert [e["test_acc"] for e in m2["epochs"]] == [e["test_acc"] for e in m1["epochs"]]
+    assert [e["loss"] for e in m2["epochs"]] == [e["loss"] for e in m1["epochs"]]
+
+
+def test_resume_continues_exactly(cora, tmp_path):
+    args = ("--fanouts", "5,5", "--batch-size", 16, "--lr", 0.01)
+    full, whole, _ = train(cora[2], tmp_path, *args, "--epochs", 4, name="whole")
+    assert full.returncode == 0, full.stderr[-3000:]
+    part, _, _ = train(cora[2], tmp_path, *args, "--epochs", 2, name="r")
+    assert part.returncode == 0, part.stderr[-3000:]
+    rest, resumed, _ = train(cora[2], tmp_path, *args, "--epochs", 4, "--resume", name="r")
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    assert "resumed" in rest.stderr
+    assert [e["loss"] for e in resumed["epochs"]] == [e["loss"] for e in whole["epochs"]]
+
+
+def test_uneven_parts_and_ranks_per_part_complete_with_every_seed(cora, tmp_path):
+    """3 random parts hold different train counts: with batch 7 ranks run different batch
+    counts; DDP Join must neither hang nor drop a seed."""
+    proc, metrics, _ = train(cora[3], tmp_path, "--fanouts", "5,5", "--batch-size", 7,
+                             "--epochs", 2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    epoch = metrics["epochs"][-1]
+    assert epoch["train_nodes"] == 140
+    assert epoch["batches_total"] < 3 * epoch["batches_max_rank"]   # uneven across ranks
+    assert metrics["summary"]["test_acc"] > 0.3
+
+
+def test_two_ranks_share_one_part(scheduler, cora, tmp_path):
+    one = tmp_path / "one"
+    root = os.path.dirname(os.path.dirname(cora[2]))
+    run_prep(scheduler, "partition", os.path.join(root, "cora"), one / "a", "-p", 1)
+    run_prep(scheduler, "dispatch", os.path.join(root, "cora"), one / "a", one / "d")
+    proc, metrics, _ = train(str(one / "d" / "graph.json"), tmp_path, "--ranks-per-part", 2,
+                             "--fanouts", "5,5", "--batch-size", 16, "--epochs", 2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert metrics["epochs"][-1]["train_nodes"] == 140
+
+
+@pytest.mark.parametrize("mode", ["raise", "kill"])
+def test_a_failing_rank_ends_the_job_loudly_within_60s(cora, tmp_path, mode):
+    proc, _, took = train(cora[2], tmp_path, *CORA, "--fail-rank", 1, "--fail-mode", mode,
+                          "--rpc-timeout", 20, timeout=120)
+    assert proc.returncode != 0
+    assert took < 60
+    assert "rank 1" in proc.stderr
+    if mode == "raise":
+        assert "injected failure on rank 1" in proc.stderr
+    else:
+        assert "killed by SIGKILL" in proc.stderr
+
+
+def test_bad_options_fail_before_launch(cora, tmp_path):
+    proc, _, _ = train(cora[2], tmp_path, "--fanouts", "10,x")
+    assert proc.returncode == 2 and "comma-separated integers" in proc.stderr
+    proc, _, _ = train(str(tmp_path / "missing.json"), tmp_path)
+    assert proc.returncode == 1 and "graph.json not found" in proc.stderr
+    if not __import__("torch").cuda.is_available():
+        proc, _, _ = train(cora[2], tmp_path, "--placement", "cuda")
+        assert proc.returncode == 2 and "needs CUDA" in proc.stderr

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The main job end to end on the embedded default: a local Dask cluster, built-in data.
-# synth -> validate -> partition -> dispatch -> verify; Cora -> chunk; chunked -> re-chunk.
+# synth -> validate -> partition -> dispatch -> verify -> train; Cora -> chunk -> partition
+# -> dispatch -> train; chunked -> re-chunk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PREP=${PREP:-.venv/bin/prep}
+PYTHON=${PYTHON:-.venv/bin/python}
 OUT=${1:-demo-out}
 rm -rf "$OUT"
 mkdir -p "$OUT"
@@ -32,4 +34,16 @@ echo "== prep dispatch: 4 parts delivered to 2 (simulated) machines, then prep v
 
 echo "== prep chunk: a chunked graph in (DGL's format reader), re-chunked and validated"
 "$PREP" chunk "$OUT/synth" "$OUT/synth-rechunked" --chunk-size 50000
+if [ -d "$OUT/cora" ]; then
+  echo "== Cora: partition (METIS, 2 parts) -> dispatch -> train GraphSAGE on 2 ranks"
+  "$PREP" partition "$OUT/cora" "$OUT/cora-metis" -p 2 --method metis --balance train
+  "$PREP" dispatch "$OUT/cora" "$OUT/cora-metis" "$OUT/cora-partitioned"
+  "$PYTHON" -m trainer --graph "$OUT/cora-partitioned/graph.json" --fanouts 10,10 \
+    --batch-size 32 --lr 0.01 --epochs 12 --checkpoint-dir "$OUT/checkpoints/cora" \
+    --metrics-out "$OUT/cora-train.json"
+fi
+
+echo "== train GraphSAGE on the 4 synth parts just made (4 ranks: RPC sampling + DDP)"
+"$PYTHON" -m trainer --graph "$OUT/partitioned/graph.json" --fanouts 10,5 --epochs 3 \
+  --checkpoint-dir "$OUT/checkpoints/synth" --metrics-out "$OUT/synth-train.json"
 echo "demo done: outputs in $OUT/"

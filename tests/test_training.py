@@ -128,3 +128,20 @@ def test_bad_options_fail_before_launch(cora, tmp_path):
     if not __import__("torch").cuda.is_available():
         proc, _, _ = train(cora[2], tmp_path, "--placement", "cuda")
         assert proc.returncode == 2 and "needs CUDA" in proc.stderr
+
+
+def test_under_torchrun_matches_the_local_launcher(cora, tmp_path):
+    """torchrun's env vars and agent-hosted store: the same run, the same numbers."""
+    args = ("--fanouts", "5,5", "--batch-size", 32, "--epochs", 2)
+    local, expect, _ = train(cora[2], tmp_path, *args, name="local")
+    assert local.returncode == 0, local.stderr[-3000:]
+    metrics = tmp_path / "torchrun.json"
+    from trainer.rendezvous import free_port
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-port", str(free_port()), "-m", "trainer", "--graph", cora[2],
+           "--no-progress", "--metrics-out", str(metrics), "--threads", "1",
+           "--checkpoint-dir", str(tmp_path / "ckpt-torchrun"), *map(str, args)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(metrics.read_text())
+    assert [e["loss"] for e in got["epochs"]] == [e["loss"] for e in expect["epochs"]]

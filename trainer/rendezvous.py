@@ -65,8 +65,15 @@ def start(env: RankEnv, backend: str, timeout_s: float) -> None:
     options = rpc.TensorPipeRpcBackendOptions(
         init_method=f"tcp://{env.master_addr}:{port}", rpc_timeout=timeout_s,
         num_worker_threads=16)
-    rpc.init_rpc(rank_name(env.rank), rank=env.rank, world_size=env.world_size,
-                 rpc_backend_options=options)
+    # torch's tcp:// rendezvous makes every rank a client when torchrun's agent hosts the
+    # store; the RPC store on the port rank 0 just picked is hosted by rank 0 itself.
+    agent = os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+    try:
+        rpc.init_rpc(rank_name(env.rank), rank=env.rank, world_size=env.world_size,
+                     rpc_backend_options=options)
+    finally:
+        if agent is not None:
+            os.environ["TORCHELASTIC_USE_AGENT_STORE"] = agent
 
 
 def _bind_host(addr: str) -> str:

@@ -50,3 +50,27 @@ def run_baseline(code: str) -> dict:
     out = subprocess.run([sys.executable, "-c", wrapper], check=True, capture_output=True,
                          text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def partitioned_synth(workdir: str, edges: int, parts: tuple[int, ...], feat_dim: int = 32,
+                      split: tuple[float, float, float] = (0.05, 0.05, 0.1)) -> dict[int, str]:
+    """A synth graph of ``edges`` edges (edges/10 nodes) dispatched into each of ``parts``
+    (random partition): ``{P: path of graph.json}``. Reuses what ``workdir`` already holds."""
+    import os
+
+    from dispatch.job import run_dispatch
+    from pipeline.partition import PartitionOptions, run_partition
+    from pipeline.synth import SynthSpec
+    from pipeline.synth_job import run_synth
+
+    graph = os.path.join(workdir, f"synth-{edges}")
+    out = {}
+    with fresh_cluster() as (options, _):
+        spec = SynthSpec(num_nodes=edges // 10, num_edges=edges, feat_dim=feat_dim, split=split)
+        run_synth(spec, graph, 1 << 20, options)
+        for p in parts:
+            assignment, dispatched = f"{graph}-a{p}", f"{graph}-d{p}"
+            run_partition(graph, assignment, "random", PartitionOptions(p), options)
+            run_dispatch(graph, assignment, dispatched, options)
+            out[p] = os.path.join(dispatched, "graph.json")
+    return out

@@ -1,0 +1,164 @@
+"""Neighbor-sampling throughput; prints one JSON object.
+
+graphprep's distributed sampler (3 hops, fanouts 15,10,5, batches of 1024 seeds) on a synth
+graph of 10^7 edges, on 1 part and across 2 parts (in one process: the split by owner, the
+per-owner requests and the merge, without the network), in sampled edges per second. In the
+same run: PyG's ``torch_geometric`` neighbor sampler and DGL's ``dgl.sampling.sample_neighbors``
+on the same CSC and seeds where they import (the reason is reported where they do not), and a
+per-seed loop (``torch.randperm`` per node, the obvious implementation) as a floor.
+``--device cuda`` places the graph on the GPU and samples there (the same code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import partitioned_synth  # noqa: E402
+
+from trainer.dist_sampler import DistNeighborSampler  # noqa: E402
+from trainer.partition import LocalPart  # noqa: E402
+from trainer.service import LocalTransport, PartServer  # noqa: E402
+
+
+def graphprep_rate(graph_json, fanouts, batch, batches, device):
+    parts = [LocalPart.load(graph_json, p) for p in range(LocalPart.load(graph_json, 0)
+                                                           .graph.num_parts)]
+    placement = "cuda" if device == "cuda" else "cpu"
+    servers = {p.p: PartServer(p.place(placement)) for p in parts}
+    transport = LocalTransport(servers)
+    sampler = DistNeighborSampler(parts[0], servers[0], transport, fanouts, device)
+    n0 = len(parts[0].orig_ids["_N"])
+    g = torch.Generator().manual_seed(0)
+    seeds = [torch.randperm(n0, generator=g)[:batch] for _ in range(batches + 1)]
+    sampler.sample("_N", seeds[0], 0)                     # warm-up
+    if device == "cuda":
+        torch.cuda.synchronize()
+    edges, start = 0, time.perf_counter()
+    for i, s in enumerate(seeds[1:]):
+        mb = sampler.sample("_N", s, i)
+        edges += sum(len(e[0]) for b in mb.blocks for e in b.edges.values())
+    if device == "cuda":
+        torch.cuda.synchronize()
+    took = time.perf_counter() - start
+    out = {"edges_per_s": round(edges / took), "batches_per_s": round(batches / took, 2),
+           "edges_per_batch": edges // batches, "seconds": round(took, 2)}
+    counters = transport.take_counters()
+    if counters["rpc_requests"]:
+        out["remote_requests_per_batch"] = counters["rpc_requests"] / (batches + 1)
+        out["remote_mb_per_batch"] = round((counters["rpc_bytes_sent"] +
+                                            counters["rpc_bytes_received"]) / (batches + 1) / 1e6,
+                                           2)
+    return out, parts[0], seeds
+
+
+def whole_csc(part):
+    csc = next(iter(part.csc.values()))
+    return csc.indptr, csc.indices.long()
+
+
+def per_seed_loop_rate(part, seeds, fanouts, batches):
+    """The obvious implementation: per node, ``randperm(deg)[:k]``; one part, local IDs."""
+    indptr, indices = whole_csc(part)
+    edges, start = 0, time.perf_counter()
+    for s in seeds[1:batches + 1]:
+        frontier = s
+        for k in fanouts:
+            nxt = []
+            for v in frontier.tolist():
+                a, b = int(indptr[v]), int(indptr[v + 1])
+                pick = torch.randperm(b - a)[:k] + a if b - a > k else torch.arange(a, b)
+                nxt.append(indices[pick])
+                edges += len(pick)
+            frontier = torch.unique(torch.cat(nxt))
+    took = time.perf_counter() - start
+    return {"edges_per_s": round(edges / took), "seconds": round(took, 2), "batches": batches}
+
+
+def pyg_rate(part, seeds, fanouts, batches):
+    try:
+        import torch_geometric
+        from torch_geometric.sampler import NeighborSampler, NodeSamplerInput
+        from torch_geometric.data import Data
+    except Exception as err:  # noqa: BLE001 - report why
+        return {"error": f"{type(err).__name__}: {err}"}
+    indptr, indices = whole_csc(part)
+    n = len(indptr) - 1
+    dst = torch.repeat_interleave(torch.arange(n), indptr[1:] - indptr[:-1])
+    try:
+        data = Data(edge_index=torch.stack([indices, dst]), num_nodes=n)
+        sampler = NeighborSampler(data, num_neighbors=fanouts)
+        sampler.sample_from_nodes(NodeSamplerInput(None, seeds[0]))
+        edges, start = 0, time.perf_counter()
+        for s in seeds[1:batches + 1]:
+            out = sampler.sample_from_nodes(NodeSamplerInput(None, s))
+            edges += out.row.numel()
+        took = time.perf_counter() - start
+    except Exception as err:  # noqa: BLE001
+        return {"version": torch_geometric.__version__, "error": f"{type(err).__name__}: {err}"}
+    return {"version": torch_geometric.__version__, "edges_per_s": round(edges / took),
+            "seconds": round(took, 2)}
+
+
+def dgl_rate(part, seeds, fanouts, batches):
+    try:
+        import dgl
+    except Exception as err:  # noqa: BLE001
+        return {"error": f"{type(err).__name__}: {str(err).splitlines()[0]}"}
+    indptr, indices = whole_csc(part)
+    n = len(indptr) - 1
+    g = dgl.graph(("csc", (indptr, indices, torch.arange(len(indices)))), num_nodes=n)
+    edges, start = 0, time.perf_counter()
+    for s in seeds[1:batches + 1]:
+        frontier = s
+        for k in fanouts:
+            sg = dgl.sampling.sample_neighbors(g, frontier, k)
+            edges += sg.num_edges()
+            frontier = torch.unique(sg.edges()[0])
+    took = time.perf_counter() - start
+    return {"version": dgl.__version__, "edges_per_s": round(edges / took),
+            "seconds": round(took, 2)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--edges", type=int, default=10**7)
+    ap.add_argument("--fanouts", default="15,10,5")
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--batches", type=int, default=20)
+    ap.add_argument("--loop-batches", type=int, default=2, help="batches for the per-seed loop")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--workdir", default=None, help="keep the prepared graphs here")
+    args = ap.parse_args()
+    fanouts = [int(f) for f in args.fanouts.split(",")]
+    workdir = args.workdir or tempfile.mkdtemp(prefix="bench-sampling-")
+    graphs = partitioned_synth(workdir, args.edges, (1, 2))
+    res = {"edges": args.edges, "fanouts": fanouts, "batch_size": args.batch_size,
+           "device": args.device, "torch_threads": torch.get_num_threads()}
+    res["graphprep_1_part"], part, seeds = graphprep_rate(graphs[1], fanouts, args.batch_size,
+                                                         args.batches, args.device)
+    res["graphprep_2_parts"], _, _ = graphprep_rate(graphs[2], fanouts, args.batch_size,
+                                                    args.batches, args.device)
+    if args.device == "cpu":
+        res["pyg"] = pyg_rate(part, seeds, fanouts, args.batches)
+        res["dgl"] = dgl_rate(part, seeds, fanouts, args.batches)
+        res["per_seed_loop"] = per_seed_loop_rate(part, seeds, fanouts, args.loop_batches)
+        base = res["per_seed_loop"]["edges_per_s"]
+        res["speedup_vs_per_seed_loop"] = round(res["graphprep_1_part"]["edges_per_s"] / base, 1)
+        for name in ("pyg", "dgl"):
+            if "edges_per_s" in res[name]:
+                res[f"ratio_vs_{name}"] = round(res["graphprep_1_part"]["edges_per_s"] /
+                                                res[name]["edges_per_s"], 2)
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -137,7 +137,18 @@ def serve(server: PartServer) -> None:
 def _rpc_entry(method: str, *args):
     if _SERVER is None:
         raise RuntimeError("this rank serves no part yet")
-    return getattr(_SERVER, method)(*args)
+    return _to_host(getattr(_SERVER, method)(*args))
+
+
+def _to_host(obj):
+    """Answers travel as host tensors (a part sampled on its GPU answers from there)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu()
+    if isinstance(obj, dict):
+        return {k: _to_host(v) for k, v in obj.items()}
+    if isinstance(obj, tuple):
+        return tuple(_to_host(v) for v in obj)
+    return obj
 
 
 class RpcTransport(Transport):

@@ -69,7 +69,8 @@ def _ints(ctx, param, value):
 @click.option("--progress/--no-progress", default=True, help="Progress bar on rank 0.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every rank, not only rank 0.")
 @click.option("--fail-rank", default=None, type=int, hidden=True)
-@click.option("--fail-mode", default="raise", type=click.Choice(["raise", "kill"]), hidden=True)
+@click.option("--fail-mode", default="raise", type=click.Choice(["raise", "kill", "hang"]),
+              hidden=True)
 @click.option("--fail-epoch", default=0, hidden=True)
 def main(graph, threads, verbose, **options):
     """Train GraphSAGE (node classification) on the parts made by `prep dispatch`: DDP for
@@ -116,6 +117,9 @@ def _run_as_rank(cfg, threads: int) -> None:
         summary = run_rank(cfg, env)
     except BaseException as err:  # noqa: BLE001 - any failure ends the rank, loudly
         detail = traceback.format_exc() if not isinstance(err, ValueError) else ""
+        if "timeout" in str(err).lower():
+            detail += (f"\nrank {env.rank}: a collective or RPC got no answer within "
+                       f"--rpc-timeout {cfg.rpc_timeout:g} s: another rank is stuck or gone")
         logging.getLogger("trainer").error("rank %d failed: %s: %s\n%s", env.rank,
                                            type(err).__name__, err, detail)
         sys.stderr.flush()

@@ -66,7 +66,7 @@ class TrainConfig:
     metrics_out: str | None = None
     progress: bool = True
     fail_rank: int | None = None        # testing: make this rank fail ...
-    fail_mode: str = "raise"            # ... by raising, or by SIGKILL
+    fail_mode: str = "raise"            # ... by raising, SIGKILL, or hanging (silent peer)
     fail_epoch: int = 0
 
     def check(self, num_parts: int, world_size: int) -> None:
@@ -216,6 +216,8 @@ def _train_epoch(cfg, env, ddp, optimizer, loader, epoch, device, breakdown):
 def _inject_failure(mode: str, rank: int) -> None:
     if mode == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "hang":
+        time.sleep(10**6)
     raise RuntimeError(f"injected failure on rank {rank} (--fail-rank)")
 
 

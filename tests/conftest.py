@@ -36,6 +36,38 @@ def prep(scheduler):
     return run
 
 
+def run_prep(scheduler, *args):
+    """Run a ``prep`` command on the session cluster outside a test (module fixtures)."""
+    from pipeline.cli import prep as cli
+    result = CliRunner().invoke(cli, [str(a) for a in args] +
+                                ["--no-progress", "--scheduler", scheduler])
+    assert result.exit_code == 0, (result.output, result.exception)
+
+
+def dispatched(scheduler, chunked, out, parts, *partition_args) -> str:
+    """Partition ``chunked`` into ``parts`` and dispatch it under ``out``: graph.json's path."""
+    run_prep(scheduler, "partition", chunked, f"{out}-a", "-p", parts, *partition_args)
+    run_prep(scheduler, "dispatch", chunked, f"{out}-a", out)
+    return os.path.join(str(out), "graph.json")
+
+
+@pytest.fixture(scope="session")
+def cora_chunked(scheduler, tmp_path_factory):
+    """Cora from its Planetoid files, chunked once for the session."""
+    out = tmp_path_factory.mktemp("cora") / "chunked"
+    run_prep(scheduler, "chunk", shared_data("planetoid"), out, "--name", "cora")
+    return out
+
+
+@pytest.fixture(scope="session")
+def mag_parts(scheduler, tmp_path_factory):
+    """A small ogbn-mag-shaped synth graph and its 2-part dispatch: (chunked, graph.json)."""
+    root = tmp_path_factory.mktemp("mag")
+    run_prep(scheduler, "synth", root / "mag", "--hetero", "--nodes", 20000, "--edges", 100000,
+             "--seed", 1)
+    return root / "mag", dispatched(scheduler, root / "mag", root / "d", 2)
+
+
 def shared_data(*parts) -> str:
     path = os.path.join(SHARED_DATA, *parts)
     if not os.path.exists(path):

@@ -6,10 +6,9 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 from scipy.stats import chi2_contingency, chisquare
 
-from conftest import edges_of, node_data_of, shared_data
+from conftest import dispatched, edges_of, node_data_of
 from formats import EdgeType
 from trainer.dist_sampler import DistNeighborSampler, relabel
 from trainer.features import FeatureFetcher
@@ -21,25 +20,13 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
                                           "code runs on the device machine when lent"))]
 
 
-def run_prep(scheduler, *args):
-    from pipeline.cli import prep
-    result = CliRunner().invoke(prep, [str(a) for a in args] +
-                                ["--no-progress", "--scheduler", scheduler])
-    assert result.exit_code == 0, (result.output, result.exception)
-
-
 @pytest.fixture(scope="module")
-def cora(scheduler, tmp_path_factory):
+def cora(scheduler, cora_chunked, tmp_path_factory):
     """Cora chunked, and dispatched into 1 and into 3 parts (METIS)."""
-    root = tmp_path_factory.mktemp("cora")
-    run_prep(scheduler, "chunk", shared_data("planetoid"), root / "cora", "--name", "cora")
-    out = {"chunked": root / "cora"}
-    for p in (1, 3):
-        run_prep(scheduler, "partition", root / "cora", root / f"a{p}", "-p", p,
-                 "--method", "metis")
-        run_prep(scheduler, "dispatch", root / "cora", root / f"a{p}", root / f"d{p}")
-        out[p] = str(root / f"d{p}" / "graph.json")
-    return out
+    root = tmp_path_factory.mktemp("cora-sampling")
+    return {"chunked": cora_chunked,
+            **{p: dispatched(scheduler, cora_chunked, root / f"d{p}", p, "--method", "metis")
+               for p in (1, 3)}}
 
 
 class Cluster:
@@ -176,19 +163,16 @@ def test_relabel_keeps_destinations_first_and_dedupes():
         assert d.tolist() == edges[et][0].tolist()
 
 
-def test_heterogeneous_blocks_hold_true_edges_of_every_type(scheduler, tmp_path):
-    run_prep(scheduler, "synth", tmp_path / "mag", "--hetero", "--nodes", 20000, "--edges",
-             100000, "--seed", 1)
-    run_prep(scheduler, "partition", tmp_path / "mag", tmp_path / "a", "-p", 2)
-    run_prep(scheduler, "dispatch", tmp_path / "mag", tmp_path / "a", tmp_path / "d")
-    cluster = Cluster(str(tmp_path / "d" / "graph.json"))
+def test_heterogeneous_blocks_hold_true_edges_of_every_type(mag_parts):
+    chunked, graph_json = mag_parts
+    cluster = Cluster(graph_json)
     graph = cluster.parts[0].graph
     ntype = next(t for t in graph.node_types if "label" in graph.node_feats.get(t, {}))
     mb = cluster.sampler(0, [5, 5]).sample(ntype, torch.arange(0, 300, 3), seed=0)
     seen_types = set()
     for block in mb.blocks:
         for et, (s_orig, d_orig) in block_edges_orig(cluster, block).items():
-            src, dst = edges_of(tmp_path / "mag", str(et))
+            src, dst = edges_of(chunked, str(et))
             truth = set(zip(src.tolist(), dst.tolist()))
             assert set(zip(s_orig.tolist(), d_orig.tolist())) <= truth
             seen_types.add(et)

@@ -11,32 +11,20 @@ import sys
 import time
 
 import pytest
-from click.testing import CliRunner
 
-from conftest import shared_data
+from conftest import dispatched
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_prep(scheduler, *args):
-    from pipeline.cli import prep
-    result = CliRunner().invoke(prep, [str(a) for a in args] +
-                                ["--no-progress", "--scheduler", scheduler])
-    assert result.exit_code == 0, (result.output, result.exception)
-
-
 @pytest.fixture(scope="module")
-def cora(scheduler, tmp_path_factory):
-    """Cora dispatched into 2 parts (METIS, train-balanced) and 3 parts (random)."""
+def cora(scheduler, cora_chunked, tmp_path_factory):
+    """Cora dispatched into 1 part, 2 parts (METIS, train-balanced) and 3 parts (random)."""
     root = tmp_path_factory.mktemp("cora-train")
-    run_prep(scheduler, "chunk", shared_data("planetoid"), root / "cora", "--name", "cora")
-    out = {}
-    for parts, method in ((2, "metis"), (3, "random")):
-        run_prep(scheduler, "partition", root / "cora", root / f"a{parts}", "-p", parts,
-                 "--method", method, *(("--balance", "train") if method == "metis" else ()))
-        run_prep(scheduler, "dispatch", root / "cora", root / f"a{parts}", root / f"d{parts}")
-        out[parts] = str(root / f"d{parts}" / "graph.json")
-    return out
+    return {1: dispatched(scheduler, cora_chunked, root / "d1", 1),
+            2: dispatched(scheduler, cora_chunked, root / "d2", 2, "--method", "metis",
+                          "--balance", "train"),
+            3: dispatched(scheduler, cora_chunked, root / "d3", 3, "--method", "random")}
 
 
 def train(graph, tmp_path, *args, name="m", timeout=300):
@@ -96,12 +84,8 @@ def test_uneven_parts_and_ranks_per_part_complete_with_every_seed(cora, tmp_path
     assert metrics["summary"]["test_acc"] > 0.3
 
 
-def test_two_ranks_share_one_part(scheduler, cora, tmp_path):
-    one = tmp_path / "one"
-    root = os.path.dirname(os.path.dirname(cora[2]))
-    run_prep(scheduler, "partition", os.path.join(root, "cora"), one / "a", "-p", 1)
-    run_prep(scheduler, "dispatch", os.path.join(root, "cora"), one / "a", one / "d")
-    proc, metrics, _ = train(str(one / "d" / "graph.json"), tmp_path, "--ranks-per-part", 2,
+def test_two_ranks_share_one_part(cora, tmp_path):
+    proc, metrics, _ = train(cora[1], tmp_path, "--ranks-per-part", 2,
                              "--fanouts", "5,5", "--batch-size", 16, "--epochs", 2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert metrics["epochs"][-1]["train_nodes"] == 140
@@ -123,14 +107,10 @@ def test_a_failing_rank_ends_the_job_loudly_within_60s(cora, tmp_path, mode):
             in proc.stderr
 
 
-def test_heterogeneous_graph_trains_well_above_chance(scheduler, tmp_path):
+def test_heterogeneous_graph_trains_well_above_chance(mag_parts, tmp_path):
     """ogbn-mag-shaped synth (4 node types, featureless authors/institutions/fields): papers
     are classified from their features and all edge types into them."""
-    run_prep(scheduler, "synth", tmp_path / "mag", "--hetero", "--nodes", 20000, "--edges",
-             100000, "--seed", 2)
-    run_prep(scheduler, "partition", tmp_path / "mag", tmp_path / "a", "-p", 2)
-    run_prep(scheduler, "dispatch", tmp_path / "mag", tmp_path / "a", tmp_path / "d")
-    proc, metrics, _ = train(str(tmp_path / "d" / "graph.json"), tmp_path, "--epochs", 3,
+    proc, metrics, _ = train(mag_parts[1], tmp_path, "--epochs", 3,
                              "--fanouts", "10,5")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert metrics["summary"]["test_acc"] > 0.5                      # 8 classes: chance 0.125

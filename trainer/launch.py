@@ -43,10 +43,12 @@ def _watch(procs: list[subprocess.Popen]) -> int:
     while True:
         codes = [p.poll() for p in procs]
         failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-        if failed:
-            rank, code = failed[0]
-            why = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-            log.error("rank %d failed (%s): ending the other ranks", rank, why)
+        if failed:  # all that failed since the last poll: a peer's death often fails others
+            for rank, code in failed:
+                why = f"killed by {signal.Signals(-code).name}" if code < 0 else \
+                    f"exit code {code}"
+                log.error("rank %d failed (%s)", rank, why)
+            log.error("ending the other ranks")
             _end(procs)
             return 1
         if all(c == 0 for c in codes):

@@ -64,8 +64,8 @@ def _ints(ctx, param, value):
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in --checkpoint-dir.")
 @click.option("--metrics-out", default=None, type=click.Path(),
               help="Write per-epoch metrics (accuracy, time breakdown, RPC bytes) as JSON here.")
-@click.option("--threads", default=0, help="torch threads per rank [default 0: cores / ranks "
-                                           "on this machine].")
+@click.option("--threads", default=0, help="torch threads per rank; 0 = this machine's cores "
+                                           "divided by its ranks.")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on rank 0.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every rank, not only rank 0.")
 @click.option("--fail-rank", default=None, type=int, hidden=True)

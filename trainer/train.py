@@ -99,48 +99,82 @@ def target_type(graph, wanted: str | None) -> str:
     return labeled[0]
 
 
-def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
-    """Train on this rank until ``cfg.epochs``; returns the final summary (same on all ranks)."""
+@dataclass
+class Rank:
+    """What one rank holds: its part (memory-mapped) and server, the transport to the other
+    ranks, the time breakdown, and where the model runs."""
+
+    cfg: TrainConfig
+    env: rendezvous.RankEnv
+    part: LocalPart
+    server: PartServer
+    transport: RpcTransport
+    breakdown: Breakdown
+    device: torch.device
+    ntype: str
+
+    @property
+    def local_index(self) -> int:
+        return self.env.rank % self.cfg.ranks_per_part
+
+    def loader(self, mask: str, fanouts: list[int], batch_size: int, shuffle: bool,
+               timed: bool = True) -> NodeLoader:
+        """Batches over this rank's share of the owned ``mask`` nodes; ``timed``: its sampling
+        and fetch count in the epoch's breakdown (evaluation is timed as a whole)."""
+        cfg = self.cfg
+        breakdown = self.breakdown if timed else Breakdown()
+        sampler = DistNeighborSampler(self.part, self.server, self.transport, fanouts,
+                                      "cuda" if cfg.placement == "cuda" else "cpu", breakdown)
+        fetcher = FeatureFetcher(self.part, self.server, self.transport, breakdown)
+        seeds = rank_seeds(self.part, self.ntype, mask, cfg.ranks_per_part, self.local_index)
+        return NodeLoader(sampler, fetcher, self.ntype, seeds, batch_size, seed=cfg.seed,
+                          rank=self.env.rank, shuffle=shuffle, prefetch=cfg.prefetch)
+
+
+def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
+    """Load and serve this rank's part, then join the process group and RPC."""
     graph = load_partitioned(cfg.graph)
     cfg.check(graph.num_parts, env.world_size)
     ntype = target_type(graph, cfg.target)
-    p, local_index = divmod(env.rank, cfg.ranks_per_part)
     device = torch.device(cfg.device)
     if device.type == "cuda":
         torch.cuda.set_device(env.local_rank % torch.cuda.device_count())
         device = torch.device("cuda", torch.cuda.current_device())
-    part = LocalPart.load(cfg.graph, p).place(cfg.placement)
-    server = PartServer(part)
-    serve(server)
+    p = env.rank // cfg.ranks_per_part
+    server = PartServer(LocalPart.load(cfg.graph, p).place(cfg.placement))
+    serve(server)  # before joining: no request can find this rank without a server
     rendezvous.start(env, "nccl" if device.type == "cuda" else "gloo", cfg.rpc_timeout)
-    log.info("rank %d serves part %d of %d (%s ranks per part)", env.rank, p, graph.num_parts,
+    log.info("rank %d serves part %d of %d (%d ranks per part)", env.rank, p, graph.num_parts,
              cfg.ranks_per_part)
+    transport = RpcTransport(cfg.ranks_per_part, env.rank % cfg.ranks_per_part, cfg.rpc_timeout)
+    return Rank(cfg, env, server.part, server, transport, Breakdown(), device, ntype)
 
-    breakdown = Breakdown()
-    transport = RpcTransport(cfg.ranks_per_part, local_index, cfg.rpc_timeout)
-    sample_device = "cuda" if cfg.placement == "cuda" else "cpu"
-    fetcher = FeatureFetcher(part, server, transport, breakdown)
 
-    def loader(mask, fanouts, batch_size, shuffle):
-        sampler = DistNeighborSampler(part, server, transport, fanouts, sample_device, breakdown)
-        seeds = rank_seeds(part, ntype, mask, cfg.ranks_per_part, local_index)
-        return NodeLoader(sampler, fetcher, ntype, seeds, batch_size, seed=cfg.seed,
-                          rank=env.rank, shuffle=shuffle, prefetch=cfg.prefetch)
-
-    train_loader = loader("train_mask", cfg.fanouts, cfg.batch_size, True)
-    eval_loaders = {m: loader(f"{m}_mask", cfg.eval_fanouts or cfg.fanouts,
-                              cfg.eval_batch_size, False) for m in ("val", "test")}
-
-    num_classes = _num_classes(part, ntype)
+def build_model(rank: Rank):
+    """GraphSAGE (same initial weights on every rank), its DDP wrapper and Adam."""
+    cfg, graph = rank.cfg, rank.part.graph
+    fetcher = FeatureFetcher(rank.part, rank.server, rank.transport)
+    num_classes = _num_classes(rank.part, rank.ntype)
     torch.manual_seed(cfg.seed)
     model = GraphSAGE({t: fetcher.dim(t, "feat") for t in graph.node_types}, cfg.hidden,
                       num_classes, list(graph.edge_types), len(cfg.fanouts), cfg.dropout)
-    model = model.to(device)
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
-                                  else None, find_unused_parameters=len(graph.edge_types) > 1)
-    ddp.register_comm_hook(None, _timed_allreduce(breakdown))
+    model = model.to(rank.device)
+    ddp = DistributedDataParallel(
+        model, device_ids=[rank.device.index] if rank.device.type == "cuda" else None,
+        find_unused_parameters=len(graph.edge_types) > 1)  # a batch may miss an edge type
+    ddp.register_comm_hook(None, _timed_allreduce(rank.breakdown))
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return model, ddp, optimizer
 
+
+def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
+    """Train on this rank until ``cfg.epochs``; returns the final summary (same on all ranks)."""
+    rank = join(cfg, env)
+    train_loader = rank.loader("train_mask", cfg.fanouts, cfg.batch_size, True)
+    eval_loaders = {m: rank.loader(f"{m}_mask", cfg.eval_fanouts or cfg.fanouts,
+                                   cfg.eval_batch_size, False, timed=False)
+                    for m in ("val", "test")}
+    model, ddp, optimizer = build_model(rank)
     state = load_checkpoint(cfg.checkpoint_dir, model, optimizer) if cfg.resume else None
     history: list[dict] = state["history"] if state else []
     if state:
@@ -148,24 +182,22 @@ def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
     for epoch in range(len(history), cfg.epochs):
         torch.manual_seed(mix_seed(cfg.seed, epoch, env.rank))  # dropout: resumable exactly
         start = time.perf_counter()
-        loss_sum, correct, seen = _train_epoch(cfg, env, ddp, optimizer, train_loader, epoch,
-                                               device, breakdown)
+        loss_sum, correct, seen = _train_epoch(rank, ddp, optimizer, train_loader, epoch)
         train_s = time.perf_counter() - start
-        with breakdown.clock("eval"):
-            accuracy = {m: _evaluate(model, ld, device) for m, ld in eval_loaders.items()}
+        with rank.breakdown.clock("eval"):
+            accuracy = {m: _evaluate(model, ld, rank.device) for m, ld in eval_loaders.items()}
         record = _epoch_record(epoch, env, train_s, time.perf_counter() - start,
                                [loss_sum, correct, seen, *accuracy["val"], *accuracy["test"]],
-                               breakdown.take(), transport.take_counters(),
+                               rank.breakdown.take(), rank.transport.take_counters(),
                                len(train_loader))
         history.append(record)
         if env.rank == 0:
             _report(record, history, cfg)
             if cfg.checkpoint_dir:
                 save_checkpoint(cfg.checkpoint_dir, model, optimizer, history, asdict(cfg))
-    summary = summarize(history)
     dist.barrier()
     rendezvous.stop()
-    return summary
+    return summarize(history)
 
 
 def _num_classes(part: LocalPart, ntype: str) -> int:
@@ -188,7 +220,8 @@ def _timed_allreduce(breakdown: Breakdown):
     return hook
 
 
-def _train_epoch(cfg, env, ddp, optimizer, loader, epoch, device, breakdown):
+def _train_epoch(rank: Rank, ddp, optimizer, loader: NodeLoader, epoch: int):
+    cfg, env, device, breakdown = rank.cfg, rank.env, rank.device, rank.breakdown
     ddp.train()
     loss_sum = torch.zeros((), dtype=torch.float64)
     correct = seen = 0

@@ -11,7 +11,7 @@ from scipy.stats import chi2_contingency, chisquare
 from conftest import dispatched, edges_of, node_data_of
 from formats import EdgeType
 from trainer.dist_sampler import DistNeighborSampler, relabel
-from trainer.features import FeatureFetcher
+from trainer.features import FeatureFetcher, HaloCache
 from trainer.partition import LocalPart
 from trainer.service import LocalTransport, PartServer
 
@@ -180,3 +180,24 @@ def test_heterogeneous_blocks_hold_true_edges_of_every_type(mag_parts):
     x = FeatureFetcher(cluster.parts[0], cluster.servers[0], cluster.transport).fetch(
         "feat", mb.input_nodes)
     assert x[ntype].shape[1] > 1 and all(v.shape[1] == 1 for t, v in x.items() if t != ntype)
+
+
+def test_halo_cache_serves_the_same_rows_with_less_traffic(cora):
+    cluster = Cluster(cora[3])
+    feat = node_data_of(cora["chunked"], name="feat")
+    plain = FeatureFetcher(cluster.parts[0], cluster.servers[0], cluster.transport)
+    budget = 100 * 1433 * 4                                  # 100 rows
+    cache = HaloCache.build(plain, "feat", budget)
+    halo = cluster.parts[0].halo_ids["_N"]
+    assert len(cache.ids["_N"]) == 100 and torch.isin(cache.ids["_N"], halo).all()
+    cached = FeatureFetcher(cluster.parts[0], cluster.servers[0], cluster.transport,
+                            cache=cache)
+    ids = torch.cat([halo, torch.arange(0, 2708, 5)]).unique()
+    cluster.transport.take_counters()
+    x_plain = plain.fetch("feat", {"_N": ids})["_N"]
+    bytes_plain = cluster.transport.take_counters()["rpc_bytes_received"]
+    x_cached = cached.fetch("feat", {"_N": ids})["_N"]
+    bytes_cached = cluster.transport.take_counters()["rpc_bytes_received"]
+    assert torch.equal(x_plain, x_cached)
+    assert np.array_equal(x_cached.numpy(), feat[cluster.orig["_N"][ids].numpy()])
+    assert bytes_plain - bytes_cached == 100 * 1433 * 4       # every cached row a hit

@@ -59,6 +59,9 @@ def _ints(ctx, param, value):
 @click.option("--rpc-timeout", default=30.0, help="Seconds before an RPC or collective to a "
                                                   "silent rank fails (and ends the job).")
 @click.option("--prefetch", default=2, help="Batches sampled ahead by the background loader.")
+@click.option("--cache-mb", default=64.0,
+              help="Per rank: cache the input features of the halo nodes its part references "
+                   "most, fetched once at start, up to this many MB (0 = off).")
 @click.option("--checkpoint-dir", default=None, type=click.Path(),
               help="Folder for the per-epoch checkpoint [default: checkpoints/<graph name>].")
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in --checkpoint-dir.")

@@ -28,7 +28,7 @@ from formats.partitioned import load_partitioned
 from . import rendezvous
 from .checkpoint import load_checkpoint, save_checkpoint
 from .dist_sampler import DistNeighborSampler, mix_seed
-from .features import FeatureFetcher
+from .features import FeatureFetcher, HaloCache
 from .loader import NodeLoader, rank_seeds
 from .model import GraphSAGE
 from .partition import LocalPart
@@ -60,6 +60,7 @@ class TrainConfig:
     seed: int = 0
     rpc_timeout: float = 30.0
     prefetch: int = 2
+    cache_mb: float = 64.0
     target: str | None = None
     checkpoint_dir: str | None = None
     resume: bool = False
@@ -112,6 +113,7 @@ class Rank:
     breakdown: Breakdown
     device: torch.device
     ntype: str
+    cache: HaloCache | None = None
 
     @property
     def local_index(self) -> int:
@@ -125,7 +127,7 @@ class Rank:
         breakdown = self.breakdown if timed else Breakdown()
         sampler = DistNeighborSampler(self.part, self.server, self.transport, fanouts,
                                       "cuda" if cfg.placement == "cuda" else "cpu", breakdown)
-        fetcher = FeatureFetcher(self.part, self.server, self.transport, breakdown)
+        fetcher = FeatureFetcher(self.part, self.server, self.transport, breakdown, self.cache)
         seeds = rank_seeds(self.part, self.ntype, mask, cfg.ranks_per_part, self.local_index)
         return NodeLoader(sampler, fetcher, self.ntype, seeds, batch_size, seed=cfg.seed,
                           rank=self.env.rank, shuffle=shuffle, prefetch=cfg.prefetch)
@@ -147,7 +149,16 @@ def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
     log.info("rank %d serves part %d of %d (%d ranks per part)", env.rank, p, graph.num_parts,
              cfg.ranks_per_part)
     transport = RpcTransport(cfg.ranks_per_part, env.rank % cfg.ranks_per_part, cfg.rpc_timeout)
-    return Rank(cfg, env, server.part, server, transport, Breakdown(), device, ntype)
+    cache = None
+    if cfg.cache_mb > 0 and graph.num_parts > 1:
+        start = time.perf_counter()
+        cache = HaloCache.build(FeatureFetcher(server.part, server, transport), "feat",
+                                int(cfg.cache_mb * 2**20))
+        log.info("halo cache: %s rows, %.1f MB, built in %.2f s",
+                 {t: len(v) for t, v in cache.ids.items()}, cache.nbytes / 2**20,
+                 time.perf_counter() - start)
+        transport.take_counters()  # epochs count their own traffic
+    return Rank(cfg, env, server.part, server, transport, Breakdown(), device, ntype, cache)
 
 
 def build_model(rank: Rank):

@@ -2,7 +2,8 @@
 
 GraphSAGE node classification on a synth graph (10^7 edges by default; 5% of nodes train) with
 ``python -m trainer``: 1 part / 1 rank (no remote sampling, the baseline) against 2 parts /
-2 ranks (RPC sampling and feature fetch, DDP), in the same run. Reports mean epoch time (first
+2 ranks (RPC sampling and feature fetch, DDP; with the default 64 MB halo feature cache and
+without it), in the same run. Reports mean epoch time (first
 epoch excluded), accuracy, the per-rank time breakdown and RPC traffic per epoch.
 """
 
@@ -21,14 +22,14 @@ from common import partitioned_synth  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def train(graph_json: str, workdir: str, args) -> dict:
-    name = os.path.basename(os.path.dirname(graph_json))
+def train(graph_json: str, workdir: str, args, *extra: str) -> dict:
+    name = os.path.basename(os.path.dirname(graph_json)) + "".join(extra).replace("-", "")
     metrics = os.path.join(workdir, f"train-{name}.json")
     cmd = [sys.executable, "-m", "trainer", "--graph", graph_json, "--no-progress",
            "--epochs", str(args.epochs), "--fanouts", args.fanouts, "--batch-size",
            str(args.batch_size), "--metrics-out", metrics,
            "--checkpoint-dir", os.path.join(workdir, f"ckpt-{name}"), "--device", args.device,
-           "--placement", args.placement]
+           "--placement", args.placement, *extra]
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     with open(metrics) as f:
         data = json.load(f)
@@ -63,6 +64,7 @@ def main():
            "device": args.device, "placement": args.placement, "cores": os.cpu_count()}
     res["1_part_1_rank"] = train(graphs[1], workdir, args)
     res["2_parts_2_ranks"] = train(graphs[2], workdir, args)
+    res["2_parts_2_ranks_no_halo_cache"] = train(graphs[2], workdir, args, "--cache-mb", "0")
     res["epoch_time_ratio_2_over_1"] = round(res["2_parts_2_ranks"]["epoch_s"] /
                                              res["1_part_1_rank"]["epoch_s"], 2)
     print(json.dumps(res, indent=1))

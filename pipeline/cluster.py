@@ -4,12 +4,13 @@ with a progress bar."""
 from __future__ import annotations
 
 import logging
-import resource
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from tqdm.auto import tqdm
+
+from formats.memory import peak_rss_bytes
 
 log = logging.getLogger(__name__)
 
@@ -123,20 +124,6 @@ class _Star:
 
     def __call__(self, args):
         return self.fn(*args)
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident set size of this process: ``VmHWM``, the high-water mark of its own
-    address space. (``ru_maxrss`` is kept across exec, so a worker spawned by a large parent
-    would report the parent's peak.)"""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def local_runner(fn: Callable, items: Sequence, desc: str | None = None) -> list:

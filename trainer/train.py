@@ -23,6 +23,7 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from formats.memory import peak_rss_bytes
 from formats.partitioned import load_partitioned
 
 from . import rendezvous
@@ -284,7 +285,8 @@ def _epoch_record(epoch, env, train_s, epoch_s, counts, times, rpc, batches) -> 
         [batches]
     total = torch.tensor(values, dtype=torch.float64)
     dist.all_reduce(total)
-    most = torch.tensor([train_s, epoch_s, batches], dtype=torch.float64)
+    most = torch.tensor([train_s, epoch_s, batches, peak_rss_bytes() / 2**20],
+                        dtype=torch.float64)
     dist.all_reduce(most, op=dist.ReduceOp.MAX)
     total, most = total.tolist(), most.tolist()
     loss_sum, correct, seen, val_c, val_n, test_c, test_n = total[:7]
@@ -296,6 +298,7 @@ def _epoch_record(epoch, env, train_s, epoch_s, counts, times, rpc, batches) -> 
             "train_nodes": int(seen), "val_nodes": int(val_n), "test_nodes": int(test_n),
             "epoch_s": float(most[1]), "train_s": float(most[0]),
             "batches_total": int(total[-1]), "batches_max_rank": int(most[2]),
+            "peak_rss_mb_max_rank": round(most[3], 1),
             "time_per_rank_s": per_rank, **rpc_total}
 
 

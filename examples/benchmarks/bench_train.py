@@ -40,6 +40,7 @@ def train(graph_json: str, workdir: str, args, *extra: str) -> dict:
     return {"epoch_s": round(mean("epoch_s"), 3), "train_s": round(mean("train_s"), 3),
             "test_acc": data["summary"]["test_acc"], "val_acc": data["summary"]["val_acc"],
             "train_nodes": timed[-1]["train_nodes"],
+            "peak_rss_mb_max_rank": data["epochs"][-1]["peak_rss_mb_max_rank"],
             "batches_per_epoch": timed[-1]["batches_total"],
             "train_seeds_per_s": round(timed[-1]["train_nodes"] / mean("train_s")),
             "time_per_rank_s": breakdown,

@@ -4,9 +4,12 @@ Steps (each a set of Dask tasks; see the modules for what a task holds):
 count nodes per part per range -> partition book -> relabel ranges (old->new map slices, owned
 node pieces) -> bucket edge chunks by owner part -> build each part (on its machine's worker).
 
-Resumable: intermediate results live in ``OUT/.work`` (one renamed folder per finished task),
-each part is renamed into place when complete, and ``graph.json`` + ``manifest.json`` are
-written last. A rerun after a kill continues and gives the same bytes as an uninterrupted run.
+Built beside the output, swapped in whole: everything is written under ``.OUT.partial`` (on each
+machine, for the parts it holds), intermediate results in ``.OUT.partial/.work`` (one renamed
+folder per finished task); ``graph.json`` + ``manifest.json`` are written last, then each
+machine, and the client, swap ``.OUT.partial`` in for ``OUT``. A failed run leaves a previous
+``OUT`` untouched; a rerun after a kill continues and gives the same bytes as an uninterrupted
+run.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ import numpy as np
 
 from formats import FormatError, load_chunked_graph
 from formats.assignment import load_assignment
-from formats.output import MANIFEST, fingerprint, make_manifest, read_manifest, same_work, write_json
+from formats.output import (MANIFEST, fingerprint, make_manifest, read_manifest,
+                            restore_previous, same_work, side_paths, swap_into_place, write_json)
 from formats.partitioned import GRAPH_JSON, PartInfo, PartitionedGraph
 from formats.storage import is_url
 from pipeline.cluster import ClusterOptions, TaskRunner, dask_client
+from pipeline.guard import guarded_output
 from .build import PartTask, build_part
 from .plan import RANGE_SIZE, DispatchPlan
 from .relabel import RangeTask, count_range, node_book, relabel_range
@@ -33,29 +38,30 @@ log = logging.getLogger(__name__)
 WORK = ".work"
 
 
-def _prepare_out(out: str, manifest: dict, overwrite: bool) -> bool:
-    """Returns False when ``out`` is already complete with this exact work."""
-    work_manifest = os.path.join(out, WORK, MANIFEST)
-    if os.path.exists(os.path.join(out, MANIFEST)):
+def _prepare_out(out: str, manifest: dict, overwrite: bool) -> str | None:
+    """The folder to build ``out`` in: ``.OUT.partial`` beside it, resumed when it holds this
+    exact work, else started afresh. None when ``out`` already holds this exact work.
+
+    An existing ``out`` is never touched here: the new output replaces it only when complete.
+    """
+    restore_previous(out)
+    if os.path.exists(out):
         if same_work(read_manifest(out), manifest) and not overwrite:
             log.info("%s is up to date; nothing to do", out)
-            return False
-        if not overwrite:
-            raise FormatError("output folder holds another dispatch; pass --overwrite", file=out)
-        shutil.rmtree(out)
-    elif os.path.exists(out) and os.listdir(out):
-        resumable = os.path.exists(work_manifest) and same_work(
-            read_manifest(os.path.join(out, WORK)), manifest)
-        if resumable:
-            log.info("resuming the interrupted dispatch in %s", out)
-        elif overwrite:
-            shutil.rmtree(out)
+            return None
+        if not overwrite and os.listdir(out):
+            raise FormatError("output folder exists and holds something else than this exact "
+                              "dispatch; pass --overwrite to replace it", file=out)
+    partial, _ = side_paths(out)
+    work = os.path.join(partial, WORK)
+    if os.path.exists(partial):
+        if same_work(read_manifest(work), manifest):
+            log.info("resuming the interrupted dispatch in %s", partial)
         else:
-            raise FormatError("output folder is not empty and holds no dispatch of this "
-                              "command to resume; pass --overwrite", file=out)
-    os.makedirs(os.path.join(out, WORK), exist_ok=True)
-    write_json(work_manifest, manifest)
-    return True
+            shutil.rmtree(partial)
+    os.makedirs(work, exist_ok=True)
+    write_json(os.path.join(work, MANIFEST), manifest)
+    return partial
 
 
 def run_dispatch(chunked: str, assignment_dir: str, out: str, cluster: ClusterOptions,
@@ -70,40 +76,63 @@ def run_dispatch(chunked: str, assignment_dir: str, out: str, cluster: ClusterOp
               os.path.abspath(assignment_dir): fingerprint(assignment_dir)}
     manifest = make_manifest("dispatch", inputs, {"machines": list(machines)}, None)
     local = staging or (out if not is_url(out) else _staging_for(out))
-    if not _prepare_out(local, manifest, overwrite):
-        return None
+    with guarded_output(local, [chunked, assignment_dir]):
+        build = _prepare_out(local, manifest, overwrite)
+        if build is None:
+            return None
+        with dask_client(cluster, machines) as client:
+            run = TaskRunner(client, cluster.progress)
+            result = _dispatch_into(build, run, graph, assignment, out, inputs, machines,
+                                    range_size)
+            write_json(os.path.join(build, GRAPH_JSON), result.to_json())
+            write_json(os.path.join(build, MANIFEST), manifest)
+            if machines:  # each machine swaps its own parts in (a no-op where already done)
+                run(_swap_task, [(build, local)] * len(machines), "commit", workers=machines)
+            swap_into_place(build, local)
+        shutil.rmtree(os.path.join(local, WORK))
+    if is_url(out):
+        _upload(local, out)
+    return result
+
+
+def _swap_task(paths: tuple[str, str]) -> bool:
+    return swap_into_place(*paths)
+
+
+def _dispatch_into(local: str, run: TaskRunner, graph, assignment, out: str, inputs: dict,
+                   machines: tuple[str, ...], range_size: int) -> PartitionedGraph:
+    """Build every part under ``local`` (parts of machine M on M's worker); returns the
+    partitioned graph's metadata."""
     plan = DispatchPlan(graph, assignment, os.path.join(local, WORK), range_size)
     p_count = plan.num_parts
-    with dask_client(cluster, machines) as client:
-        run = TaskRunner(client, cluster.progress)
-        node_map, bases = {}, {}
-        for t in graph.node_types:
-            tasks = [RangeTask(plan, t, k, a, b) for k, (a, b) in enumerate(plan.ranges(t))]
-            node_map[t], bases[t] = node_book(run(count_range, tasks, f"count {t}"))
-            if not os.path.exists(plan.map_path(t)):
-                os.makedirs(os.path.dirname(plan.map_path(t)), exist_ok=True)
-                np.lib.format.open_memmap(plan.map_path(t) + ".tmp.npy", mode="w+",
-                                          dtype=np.int64, shape=(graph.num_nodes[t],)).flush()
-                os.replace(plan.map_path(t) + ".tmp.npy", plan.map_path(t))
-        relabel = [RangeTask(plan, t, k, a, b, bases[t][k]) for t in graph.node_types
-                   for k, (a, b) in enumerate(plan.ranges(t))]
-        run(relabel_range, relabel, "relabel nodes")
-        buckets = [BucketTask(plan, et, k, path, a, b, tuple(map(tuple, node_map[et.dst])))
-                   for et in graph.edge_types for k, (path, a, b) in enumerate(plan.edge_chunks(et))]
-        run(bucket_edges, buckets, "shuffle edges")
-        parts = [PartInfo(f"{machines[p % len(machines)]}/part-{p}" if machines else f"part-{p}",
-                          machines[p % len(machines)] if machines else "")
-                 for p in range(p_count)]
-        part_tasks = [PartTask(plan, p, node_map, os.path.join(local, parts[p].path))
-                      for p in range(p_count)]
-        counts = run(build_part, part_tasks, "build parts",
-                     workers=[pi.machine for pi in parts] if machines else None)
+    node_map, bases = {}, {}
+    for t in graph.node_types:
+        tasks = [RangeTask(plan, t, k, a, b) for k, (a, b) in enumerate(plan.ranges(t))]
+        node_map[t], bases[t] = node_book(run(count_range, tasks, f"count {t}"))
+        if not os.path.exists(plan.map_path(t)):
+            os.makedirs(os.path.dirname(plan.map_path(t)), exist_ok=True)
+            np.lib.format.open_memmap(plan.map_path(t) + ".tmp.npy", mode="w+",
+                                      dtype=np.int64, shape=(graph.num_nodes[t],)).flush()
+            os.replace(plan.map_path(t) + ".tmp.npy", plan.map_path(t))
+    relabel = [RangeTask(plan, t, k, a, b, bases[t][k]) for t in graph.node_types
+               for k, (a, b) in enumerate(plan.ranges(t))]
+    run(relabel_range, relabel, "relabel nodes")
+    buckets = [BucketTask(plan, et, k, path, a, b, tuple(map(tuple, node_map[et.dst])))
+               for et in graph.edge_types for k, (path, a, b) in enumerate(plan.edge_chunks(et))]
+    run(bucket_edges, buckets, "shuffle edges")
+    parts = [PartInfo(f"{machines[p % len(machines)]}/part-{p}" if machines else f"part-{p}",
+                      machines[p % len(machines)] if machines else "")
+             for p in range(p_count)]
+    part_tasks = [PartTask(plan, p, node_map, os.path.join(local, parts[p].path))
+                  for p in range(p_count)]
+    counts = run(build_part, part_tasks, "build parts",
+                 workers=[pi.machine for pi in parts] if machines else None)
     edge_map = {}
     for et in graph.edge_types:
         sizes = np.array([c[str(et)] for c in counts])
         starts = np.concatenate([[0], np.cumsum(sizes)])
         edge_map[et] = [[int(starts[p]), int(starts[p + 1])] for p in range(p_count)]
-    result = PartitionedGraph(
+    return PartitionedGraph(
         root=out, graph_name=graph.graph_name, num_parts=p_count,
         part_method=assignment.meta.algo_name, seed=assignment.meta.seed,
         node_types=graph.node_types, edge_types=graph.edge_types,
@@ -111,12 +140,6 @@ def run_dispatch(chunked: str, assignment_dir: str, out: str, cluster: ClusterOp
         edge_map=edge_map, node_feats=_feat_specs(local, parts[0].path, graph.node_data, "node"),
         edge_feats=_feat_specs(local, parts[0].path, graph.edge_data, "edge"),
         parts=tuple(parts), source=inputs)
-    shutil.rmtree(os.path.join(local, WORK))
-    write_json(os.path.join(local, GRAPH_JSON), result.to_json())
-    write_json(os.path.join(local, MANIFEST), manifest)
-    if is_url(out):
-        _upload(local, out)
-    return result
 
 
 def _feat_specs(local: str, part0: str, section: dict, kind: str) -> dict:

@@ -29,7 +29,9 @@ class AtomicOutput:
     """A local output folder that appears only when complete.
 
     ``with AtomicOutput(final) as tmp: ...write into tmp...; out.commit()``. On an exception the
-    temporary folder is removed and ``final`` is left as it was.
+    temporary folder is removed and ``final`` is left as it was: an existing output is replaced
+    only by :meth:`commit`, by two renames. A run killed between them left the previous output
+    as ``.NAME.old``; the next run puts it back before anything else.
     """
 
     def __init__(self, final: str):
@@ -37,29 +39,56 @@ class AtomicOutput:
             raise FormatError("this step writes to a local folder; URLs are for dispatch",
                               file=final)
         self.final = os.path.abspath(final)
-        parent, name = os.path.split(self.final)
-        self.tmp = os.path.join(parent, f".{name}.partial")
-        self._old = os.path.join(parent, f".{name}.old")
+        self.tmp, self._old = side_paths(self.final)
         self.committed = False
 
     def __enter__(self) -> str:
         os.makedirs(os.path.dirname(self.final), exist_ok=True)
-        for stale in (self.tmp, self._old):
-            shutil.rmtree(stale, ignore_errors=True)
+        restore_previous(self.final)
+        shutil.rmtree(self.tmp, ignore_errors=True)
         os.makedirs(self.tmp)
         return self.tmp
 
     def commit(self) -> None:
         """Move the finished folder into place, replacing an older one."""
-        if os.path.exists(self.final):
-            os.rename(self.final, self._old)
-        os.rename(self.tmp, self.final)
-        shutil.rmtree(self._old, ignore_errors=True)
+        swap_into_place(self.tmp, self.final)
         self.committed = True
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if not self.committed:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def side_paths(final: str) -> tuple[str, str]:
+    """``(.NAME.partial, .NAME.old)`` beside ``final``: the output being built, and the
+    previous output while it is being replaced."""
+    parent, name = os.path.split(os.path.abspath(final))
+    return os.path.join(parent, f".{name}.partial"), os.path.join(parent, f".{name}.old")
+
+
+def restore_previous(final: str) -> None:
+    """Undo a replacement cut between its two renames: ``.NAME.old`` back to ``final``."""
+    _, old = side_paths(final)
+    if os.path.exists(old):
+        if os.path.exists(final):
+            shutil.rmtree(old)
+        else:
+            os.rename(old, final)
+
+
+def swap_into_place(partial: str, final: str) -> bool:
+    """Replace ``final`` by the complete folder ``partial`` (rename the old one aside, rename
+    the new one in, delete the old). Idempotent: returns False when ``partial`` is gone (already
+    swapped, e.g. by another worker sharing this file system)."""
+    _, old = side_paths(final)
+    if not os.path.exists(partial):
+        return False
+    if os.path.exists(final):
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(final, old)
+    os.rename(partial, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return True
 
 
 def write_edge_chunk(path: str, src: np.ndarray, dst: np.ndarray) -> None:

@@ -7,6 +7,7 @@ import logging
 
 from formats.output import AtomicOutput, make_manifest
 from .cluster import ClusterOptions, TaskRunner, dask_client
+from .guard import guarded_output
 from .step import finish_chunked, up_to_date
 from .synth import SynthSpec, plan, write_synth_chunk
 
@@ -22,13 +23,14 @@ def run_synth(spec: SynthSpec, out: str, chunk_size: int, cluster: ClusterOption
     options = {k: v for k, v in dataclasses.asdict(spec).items() if k != "seed"}
     options["chunk_size"] = chunk_size
     manifest = make_manifest("synth", {}, options, spec.seed)
-    if up_to_date(out, manifest, overwrite):
-        return None
-    output = AtomicOutput(out)
-    with output as tmp, dask_client(cluster) as client:
-        runner = TaskRunner(client, cluster.progress)
-        edge_tasks, node_tasks, graph = plan(spec, tmp, chunk_size)
-        runner(write_synth_chunk, node_tasks + edge_tasks, "synth")
-        graph = finish_chunked(graph, tmp, manifest, runner)
-        output.commit()
+    with guarded_output(out, ()):
+        if up_to_date(out, manifest, overwrite):
+            return None
+        output = AtomicOutput(out)
+        with output as tmp, dask_client(cluster) as client:
+            runner = TaskRunner(client, cluster.progress)
+            edge_tasks, node_tasks, graph = plan(spec, tmp, chunk_size)
+            runner(write_synth_chunk, node_tasks + edge_tasks, "synth")
+            graph = finish_chunked(graph, tmp, manifest, runner)
+            output.commit()
     return dataclasses.replace(graph, root=output.final)

@@ -10,6 +10,7 @@ import shutil
 from formats import FormatError
 from formats.output import AtomicOutput, fingerprint, make_manifest
 from ..cluster import ClusterOptions, TaskRunner, dask_client
+from ..guard import guarded_output
 from ..step import finish_chunked, up_to_date
 from .options import ChunkOptions
 from .writer import Transforms, convert_source
@@ -84,19 +85,21 @@ def run_chunk(path: str, out: str, kind: str, opts: ChunkOptions, transforms: Tr
     kind = detect_kind(path) if kind == "auto" else kind
     options = {"from": kind, **opts.manifest(), **dataclasses.asdict(transforms)}
     manifest = make_manifest("chunk", {os.path.abspath(path): fingerprint(path)}, options, None)
-    if up_to_date(out, manifest, overwrite):
-        return None
-    output = AtomicOutput(out)
-    with output as tmp, dask_client(cluster) as client:
-        runner = TaskRunner(client, cluster.progress)
-        staging = os.path.join(tmp, "_staging")
-        log.info("reading %s as %s", path, kind)
-        source = build_source(path, kind, opts, staging, runner, nan_policy)
-        graph = convert_source(source, tmp, opts.chunk_size, transforms, runner)
-        if kind == "ogb":
-            from .ogb import check_edge_count
-            check_edge_count(path, sum(graph.num_edges.values()))
-        shutil.rmtree(staging, ignore_errors=True)
-        graph = finish_chunked(graph, tmp, manifest, runner, nan_policy)
-        output.commit()
+    inputs = [path, *opts.node_data.values()]
+    with guarded_output(out, inputs):
+        if up_to_date(out, manifest, overwrite):
+            return None
+        output = AtomicOutput(out)
+        with output as tmp, dask_client(cluster) as client:
+            runner = TaskRunner(client, cluster.progress)
+            staging = os.path.join(tmp, "_staging")
+            log.info("reading %s as %s", path, kind)
+            source = build_source(path, kind, opts, staging, runner, nan_policy)
+            graph = convert_source(source, tmp, opts.chunk_size, transforms, runner)
+            if kind == "ogb":
+                from .ogb import check_edge_count
+                check_edge_count(path, sum(graph.num_edges.values()))
+            shutil.rmtree(staging, ignore_errors=True)
+            graph = finish_chunked(graph, tmp, manifest, runner, nan_policy)
+            output.commit()
     return dataclasses.replace(graph, root=output.final)

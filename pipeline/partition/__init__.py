@@ -16,6 +16,7 @@ from formats import load_chunked_graph
 from formats.assignment import AssignmentMeta, load_assignment, write_meta
 from formats.output import AtomicOutput, MANIFEST, fingerprint, make_manifest, write_json
 from ..cluster import ClusterOptions, TaskRunner, dask_client
+from ..guard import OutputLock, guarded_output
 from ..step import up_to_date
 from .base import PartitionOptions
 from .metis_method import MetisPartitioner
@@ -38,9 +39,15 @@ def run_partition(chunked: str, out: str, method: str, options: PartitionOptions
     opts = {k: v for k, v in dataclasses.asdict(options).items() if k != "seed"}
     opts.update(method=method, dgl_compat=dgl_compat)
     manifest = make_manifest("partition", {os.path.abspath(chunked): fp}, opts, options.seed)
-    if up_to_date(out, manifest, overwrite):
-        return None
-    output = AtomicOutput(out)
+    with guarded_output(out, [chunked]):
+        if up_to_date(out, manifest, overwrite):
+            return None
+        return _partition_into(AtomicOutput(out), graph, fp, manifest, method, options,
+                               cluster, dgl_compat)
+
+
+def _partition_into(output: AtomicOutput, graph, fp: str, manifest: dict, method: str,
+                    options: PartitionOptions, cluster: ClusterOptions, dgl_compat: bool):
     with output as tmp, dask_client(cluster) as client:
         runner = TaskRunner(client, cluster.progress)
         partitioner = PARTITIONERS[method]()
@@ -74,9 +81,9 @@ def run_stats(chunked: str, assignment_dir: str, cluster: ClusterOptions) -> dic
     its ``partition_meta.json``."""
     graph = load_chunked_graph(chunked)
     assignment = load_assignment(assignment_dir, graph)
-    with dask_client(cluster) as client:
+    with OutputLock(assignment_dir), dask_client(cluster) as client:
         stats = partition_stats(graph, assignment, TaskRunner(client, cluster.progress))
-    write_meta(assignment_dir, dataclasses.replace(assignment.meta, stats=stats))
+        write_meta(assignment_dir, dataclasses.replace(assignment.meta, stats=stats))
     return stats
 
 

@@ -12,6 +12,8 @@ import os
 import numpy as np
 from numpy.lib import format as npformat
 
+from .output import writing
+
 
 def _header(f):
     version = npformat.read_magic(f)
@@ -47,16 +49,19 @@ class NpyWriter:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self.path, self.shape, self.dtype = path, tuple(int(x) for x in shape), np.dtype(dtype)
         self.rows = 0
-        self._f = open(path, "wb")
-        npformat.write_array_header_1_0(self._f, {"descr": npformat.dtype_to_descr(self.dtype),
-                                                  "fortran_order": False, "shape": self.shape})
+        with writing(path):
+            self._f = open(path, "wb")
+            npformat.write_array_header_1_0(self._f, {"descr": npformat.dtype_to_descr(
+                self.dtype), "fortran_order": False, "shape": self.shape})
 
     def write(self, rows: np.ndarray) -> None:
         rows = np.ascontiguousarray(rows, dtype=self.dtype)
-        self._f.write(rows.tobytes())
+        with writing(self.path):
+            self._f.write(rows.tobytes())
         self.rows += len(rows) if rows.ndim else 1
 
     def close(self) -> None:
-        self._f.close()
+        with writing(self.path):
+            self._f.close()
         if self.rows != self.shape[0]:
             raise RuntimeError(f"{self.path}: wrote {self.rows} rows of {self.shape[0]}")

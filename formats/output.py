@@ -7,11 +7,13 @@ from a killed run is removed when the step starts again.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import platform
 import shutil
+from contextlib import contextmanager
 from importlib import metadata as importlib_metadata
 
 import numpy as np
@@ -91,18 +93,63 @@ def swap_into_place(partial: str, final: str) -> bool:
     return True
 
 
+def device_of(path: str) -> str:
+    """The device and mount point holding ``path`` (or its nearest existing parent)."""
+    import psutil
+
+    real = os.path.realpath(path)
+    mounts = [m for m in psutil.disk_partitions(all=True)
+              if real == m.mountpoint or real.startswith(m.mountpoint.rstrip("/") + "/")]
+    if not mounts:
+        return "the device"
+    m = max(mounts, key=lambda m: len(m.mountpoint))
+    return f"{m.device} (mounted on {m.mountpoint})"
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """An OSError from a full disk: ENOSPC, or numpy's short write that reports no errno."""
+    text = str(err)
+    return isinstance(err, OSError) and (
+        err.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left" in text
+        or ("requested and" in text and "written" in text))
+
+
+def disk_full_error(path: str) -> OSError:
+    """The error to raise for a full disk while writing ``path``: names the device and file."""
+    return OSError(errno.ENOSPC, f"no space left on {device_of(path)} while writing {path}",
+                   path)
+
+
+@contextmanager
+def writing(path: str):
+    """Turn a full-disk failure inside the block into :func:`disk_full_error` for ``path``."""
+    try:
+        yield
+    except OSError as err:
+        if is_disk_full(err) and err.filename in (None, path):
+            raise disk_full_error(path) from None
+        raise
+
+
 def write_edge_chunk(path: str, src: np.ndarray, dst: np.ndarray) -> None:
     """Write one edge chunk: Parquet with int64 columns ``src`` and ``dst``."""
     columns = {"src": pa.array(np.asarray(src, dtype=np.int64)),
                "dst": pa.array(np.asarray(dst, dtype=np.int64))}
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    pq.write_table(pa.table(columns), path, **PARQUET_OPTIONS)
+    with writing(path):
+        pq.write_table(pa.table(columns), path, **PARQUET_OPTIONS)
 
 
 def write_array_chunk(path: str, array: np.ndarray) -> None:
     """Write one data chunk as ``.npy`` (memory-mappable)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+    save_npy(path, array)
+
+
+def save_npy(path: str, array: np.ndarray) -> None:
+    """``np.save`` without pickles; a full disk raises :func:`disk_full_error`."""
+    with writing(path):
+        np.save(path, np.ascontiguousarray(array), allow_pickle=False)
 
 
 def package_versions() -> dict[str, str]:
@@ -145,7 +192,7 @@ def make_manifest(step: str, inputs: dict[str, str], options: dict, seed: int | 
 
 
 def write_json(path: str, obj: dict) -> None:
-    with open(path, "w") as f:
+    with writing(path), open(path, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=False)
         f.write("\n")
 

@@ -7,26 +7,59 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 
 import click
 
 from formats import FormatError
-from .cluster import ClusterOptions
+from .cluster import LOST_WORKER_TIMEOUT_KEY, LOST_WORKER_TIMEOUT_S, ClusterOptions
+
+log = logging.getLogger("pipeline")
 
 
 class InputError(click.ClickException):
     exit_code = 2
 
 
+class EnvironmentFault(click.ClickException):
+    exit_code = 1
+
+
 class PrepGroup(click.Group):
-    """Turns :class:`FormatError` from any step into a clean message and exit code 2."""
+    """Every failure of a step ends in one line and an exit code, never a bare traceback
+    (``-v`` adds it): :class:`FormatError` -> 2 (bad input: file, field, row); a full disk, a
+    lost worker or any other fault -> 1."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except FormatError as err:
             raise InputError(str(err)) from None
+        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as err:  # noqa: BLE001 - turned into one line naming the cause
+            if logging.getLogger().level <= logging.INFO:
+                log.error("traceback", exc_info=err)
+            raise EnvironmentFault(describe_failure(err)) from None
+
+
+def describe_failure(err: BaseException) -> str:
+    """One line naming the cause of an unexpected failure."""
+    from formats.output import disk_full_error, is_disk_full
+    from .cluster import LostWorkerError
+
+    if is_disk_full(err):
+        if err.errno is not None and str(err.strerror).startswith("no space left on "):
+            return str(err.strerror)
+        where = getattr(err, "filename", None)
+        return str(disk_full_error(where).strerror) if where else f"no space left: {err}"
+    if isinstance(err, LostWorkerError):
+        return str(err)
+    name = type(err).__name__
+    if name == "KilledWorker":  # distributed: the task's workers kept dying
+        return f"a task killed its Dask worker repeatedly (out of memory?): {err}"
+    return f"{name}: {err} (-v shows the traceback)"
 
 
 def cluster_options(fn):
@@ -40,13 +73,31 @@ def cluster_options(fn):
                   help="Memory limit per embedded worker, e.g. 4GiB; 'auto' splits system memory.")
     @click.option("--progress/--no-progress", default=True, show_default=True,
                   help="Show progress bars on stderr.")
-    @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+    @click.option("--lost-worker-timeout", type=click.FloatRange(1), default=LOST_WORKER_TIMEOUT_S,
+                  metavar="SECONDS",
+                  help="A worker that left the cluster while tasks pinned to it (a --machines "
+                       "name) or all work waited for it: fail naming it after this long. "
+                       "Unpinned tasks of a lost worker are rerun elsewhere at once.")
+    @click.option("-v", "--verbose", count=True,
+                  help="More log output (-v info and tracebacks of failures, -vv debug).")
     @functools.wraps(fn)
-    def wrapper(*args, scheduler, workers, memory_limit, progress, verbose, **kwargs):
+    def wrapper(*args, scheduler, workers, memory_limit, progress, lost_worker_timeout, verbose,
+                **kwargs):
+        import dask
+
         _setup_logging(verbose)
         cluster = ClusterOptions(scheduler, workers, memory_limit, progress)
-        return fn(*args, cluster=cluster, **kwargs)
+        with dask.config.set({LOST_WORKER_TIMEOUT_KEY: lost_worker_timeout}):
+            return fn(*args, cluster=cluster, **kwargs)
     return wrapper
+
+
+def local_path(ctx, param, value):
+    """Click callback: a local path made absolute (Dask workers do not share our working
+    directory); URLs and None unchanged."""
+    if value is None or "://" in str(value):
+        return value
+    return os.path.abspath(value)
 
 
 def _setup_logging(verbose: int) -> None:

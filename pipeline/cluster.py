@@ -4,6 +4,7 @@ with a progress bar."""
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
@@ -13,6 +14,9 @@ from tqdm.auto import tqdm
 from formats.memory import peak_rss_bytes
 
 log = logging.getLogger(__name__)
+
+LOST_WORKER_TIMEOUT_KEY = "graphprep.lost-worker-timeout"   # dask.config key, seconds
+LOST_WORKER_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -39,19 +43,28 @@ def dask_client(options: ClusterOptions, worker_names: tuple[str, ...] = ()):
     if options.scheduler:
         log.info("connecting to Dask scheduler %s", options.scheduler)
         with Client(options.scheduler) as client:
+            _log_dashboard(client)
             _require_workers(client, worker_names)
             yield client
         return
     if worker_names:
         with _named_cluster(worker_names, options.memory_limit) as cluster, \
                 Client(cluster) as client:
+            _log_dashboard(client)
             yield client
         return
     with LocalCluster(n_workers=options.workers, threads_per_worker=1, processes=True,
                       memory_limit=options.memory_limit, dashboard_address=":0",
                       silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
         log.info("embedded Dask cluster: %d workers", options.workers)
+        _log_dashboard(client)
         yield client
+
+
+def _log_dashboard(client) -> None:
+    services = client.scheduler_info(n_workers=0).get("services", {})
+    link = client.dashboard_link if "dashboard" in services else None
+    log.info("Dask dashboard: %s", link or "none (the scheduler serves no dashboard)")
 
 
 def _require_workers(client, names) -> None:
@@ -76,37 +89,75 @@ def _named_cluster(names, memory_limit):
                                                                 "host": "127.0.0.1"}})
 
 
+class LostWorkerError(RuntimeError):
+    """A worker that tasks need left the cluster and did not come back in time."""
+
+
+def _workers_by_name(client) -> dict[str, str]:
+    """Current workers: name -> address."""
+    return {str(w.get("name")): addr
+            for addr, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+
+
 class TaskRunner:
     """Runs ``fn`` over items as Dask tasks, returns results in item order.
 
     On the first failed task the others are cancelled and its exception is raised here.
+    A lost worker never hangs a step: Dask reruns its unpinned tasks elsewhere; a task pinned to
+    a named worker (a machine) is resubmitted when a worker of that name comes back (Dask binds
+    a name to an address at submit time, so the pinned task would wait forever), and when none
+    does within ``lost_worker_timeout`` seconds the step fails naming the worker.
     """
 
-    def __init__(self, client, progress: bool = True):
+    POLL_S = 1.0
+
+    def __init__(self, client, progress: bool = True, lost_worker_timeout: float | None = None):
+        import dask
+
         self.client, self.progress = client, progress
+        self.lost_worker_timeout = lost_worker_timeout if lost_worker_timeout is not None else \
+            float(dask.config.get(LOST_WORKER_TIMEOUT_KEY, LOST_WORKER_TIMEOUT_S))
 
     def __call__(self, fn: Callable, items: Sequence, desc: str | None = None,
                  workers: Sequence[str] | None = None) -> list:
         """``workers``: per item, the name of the worker that must run it (or None)."""
-        from distributed import as_completed
+        from distributed import wait
 
         items = list(items)
         if not items:
             return []
-        if workers is None:
-            futures = self.client.map(fn, items, pure=False)
-        else:
-            futures = [self.client.submit(fn, item, pure=False, workers=[w],
-                                          allow_other_workers=False) for item, w in
-                       zip(items, workers)]
-        with tqdm(total=len(items), desc=desc or getattr(fn, "__name__", "tasks"),
-                  disable=not self.progress, unit="task", leave=False) as bar:
-            for fut in as_completed(futures):
-                if fut.status == "error":
-                    self.client.cancel(futures)
-                    fut.result()  # raises the task's exception
-                bar.update()
-        return self.client.gather(futures)
+        desc = desc or getattr(fn, "__name__", "tasks")
+        pins = list(workers) if workers is not None else [None] * len(items)
+        futures = [self._submit(fn, item, pin) for item, pin in zip(items, pins)]
+        watch = _WorkerWatch(self.client, desc, self.lost_worker_timeout)
+        results = [None] * len(items)
+        with tqdm(total=len(items), desc=desc, disable=not self.progress, unit="task",
+                  leave=False) as bar:
+            pending = set(range(len(items)))
+            while pending:
+                try:
+                    wait([futures[i] for i in pending], timeout=self.POLL_S,
+                         return_when="FIRST_COMPLETED")
+                except TimeoutError:
+                    pass
+                for i in sorted(i for i in pending if futures[i].done()):
+                    if futures[i].status == "error":
+                        self.client.cancel([futures[j] for j in pending])
+                    # Fetched at once: a result left on a worker that dies is lost with it.
+                    results[i] = futures[i].result()  # raises the task's exception
+                    futures[i].release()
+                    pending.discard(i)
+                    bar.update()
+                for i in watch.check({i: pins[i] for i in pending if pins[i] is not None}):
+                    futures[i].cancel()
+                    futures[i] = self._submit(fn, items[i], pins[i])
+        return results
+
+    def _submit(self, fn, item, pin: str | None):
+        if pin is None:
+            return self.client.submit(fn, item, pure=False)
+        return self.client.submit(fn, item, pure=False, workers=[pin],
+                                  allow_other_workers=False)
 
     def star(self, fn: Callable, arg_tuples: Iterable[tuple], desc: str | None = None) -> list:
         """Like ``__call__`` for functions of several arguments."""
@@ -115,6 +166,43 @@ class TaskRunner:
     def peak_rss_per_worker(self) -> dict[str, int]:
         """Peak resident memory (bytes) of each worker process so far."""
         return self.client.run(peak_rss_bytes)
+
+
+class _WorkerWatch:
+    """Notices workers leaving and coming back while a set of tasks runs (polled)."""
+
+    def __init__(self, client, desc: str, timeout: float):
+        self.client, self.desc, self.timeout = client, desc, timeout
+        self.start = _workers_by_name(client)
+        self.seen = dict(self.start)
+        self.gone_since: dict[str, float] = {}
+
+    def check(self, pinned: dict[int, str]) -> list[int]:
+        """Pending tasks (index -> worker name) whose worker came back at a new address."""
+        now = _workers_by_name(self.client)
+        for name, addr in self.seen.items():
+            if name not in now and name not in self.gone_since:
+                log.warning("Dask worker %s (%s) left the cluster during %r", name, addr,
+                            self.desc)
+                self.gone_since[name] = time.monotonic()
+        moved = {n for n, a in now.items() if n in self.seen and self.seen[n] != a}
+        for name in moved | {n for n in self.gone_since if n in now}:
+            log.warning("Dask worker %s is back at %s", name, now[name])
+            self.gone_since.pop(name, None)
+        self.seen.update(now)
+        self._fail_if_lost(now, set(pinned.values()))
+        return [i for i, name in pinned.items() if name in moved]
+
+    def _fail_if_lost(self, now: dict[str, str], needed: set[str]) -> None:
+        for name, since in self.gone_since.items():
+            waited = time.monotonic() - since
+            if waited > self.timeout and (name in needed or not now):
+                raise LostWorkerError(
+                    f"Dask worker {name} ({self.start.get(name, '?')}) left the cluster during "
+                    f"{self.desc!r} and did not come back within {self.timeout:g} s"
+                    + (" (no worker is left)" if not now else
+                       "; its tasks cannot run elsewhere: restart it, then rerun the command "
+                       "to resume"))
 
 
 class _Star:

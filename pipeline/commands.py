@@ -8,7 +8,7 @@ import click
 
 from formats import load_chunked_graph, validate_chunked_graph
 from formats.validate import NAN_POLICIES
-from .cli import cluster_options, prep
+from .cli import cluster_options, local_path, prep
 from .cluster import ClusterOptions, TaskRunner, dask_client
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ nan_option = click.option(
 
 
 @prep.command()
-@click.argument("out", type=click.Path(file_okay=False))
+@click.argument("out", type=click.Path(file_okay=False), callback=local_path)
 @click.option("--nodes", type=click.IntRange(2), default=20_000, help="Total nodes.")
 @click.option("--edges", type=click.IntRange(1), default=200_000, help="Total directed edges.")
 @click.option("--hetero", is_flag=True,
@@ -72,7 +72,7 @@ def synth(out, nodes, edges, hetero, num_classes, feat_dim, homophily, exponent,
 
 
 @prep.command()
-@click.argument("chunked", type=click.Path())
+@click.argument("chunked", type=click.Path(), callback=local_path)
 @nan_option
 @cluster_options
 def validate(chunked, nan_policy, cluster: ClusterOptions):
@@ -111,13 +111,15 @@ def _parse_pairs(values, what: str, *, integer: bool) -> dict:
                 raise click.BadParameter(f"{v!r}: expected [TYPE=]N", param_hint=what) from None
         elif not sep:
             raise click.BadParameter(f"{v!r}: expected NAME=FILE", param_hint=what)
+        else:
+            value = local_path(None, None, value)
         out[key] = value
     return out
 
 
 @prep.command()
-@click.argument("input", type=click.Path(exists=True))
-@click.argument("out", type=click.Path(file_okay=False))
+@click.argument("input", type=click.Path(exists=True), callback=local_path)
+@click.argument("out", type=click.Path(file_okay=False), callback=local_path)
 @click.option("--from", "kind", type=click.Choice(["auto", "csv", "parquet", "npy", "ogb",
                                                      "planetoid", "pyg", "dgl"]),
               default="auto", help="Input kind; auto looks at what INPUT holds.")
@@ -179,8 +181,8 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
 
 
 @prep.command()
-@click.argument("chunked", type=click.Path(exists=True, file_okay=False))
-@click.argument("out", type=click.Path(file_okay=False), required=False)
+@click.argument("chunked", type=click.Path(exists=True, file_okay=False), callback=local_path)
+@click.argument("out", type=click.Path(file_okay=False), required=False, callback=local_path)
 @click.option("-p", "--num-parts", type=click.IntRange(1), default=None,
               help="Number of partitions (required unless --stats).")
 @click.option("--method", type=click.Choice(["random", "metis"]), default="random",
@@ -196,6 +198,7 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
 @click.option("--seed", type=int, default=0, help="Random seed (random and METIS).")
 @click.option("--stats", "stats_of", type=click.Path(exists=True, file_okay=False), default=None,
               metavar="ASSIGNMENT",
+              callback=local_path,
               help="Only compute the statistics of an existing assignment (graphprep's or "
                    "DGL's <ntype>.txt) on CHUNKED and store them in its partition_meta.json.")
 @click.option("--dgl-compat", is_flag=True,
@@ -233,9 +236,9 @@ def partition(chunked, out, num_parts, method, balance, objective, imbalance, se
 
 
 @prep.command()
-@click.argument("chunked", type=click.Path(exists=True, file_okay=False))
-@click.argument("assignment", type=click.Path(exists=True, file_okay=False))
-@click.argument("out")
+@click.argument("chunked", type=click.Path(exists=True, file_okay=False), callback=local_path)
+@click.argument("assignment", type=click.Path(exists=True, file_okay=False), callback=local_path)
+@click.argument("out", callback=local_path)
 @click.option("--machines", default="", metavar="NAME,...",
               help="Deliver part p to the Dask worker named NAME[p mod M], which builds and "
                    "writes it under OUT/NAME/ on its own machine. The embedded cluster starts "
@@ -272,8 +275,8 @@ class VerifyFailed(click.ClickException):
 
 
 @prep.command()
-@click.argument("chunked", type=click.Path(exists=True, file_okay=False))
-@click.argument("partitioned")
+@click.argument("chunked", type=click.Path(exists=True, file_okay=False), callback=local_path)
+@click.argument("partitioned", callback=local_path)
 @cluster_options
 def verify(chunked, partitioned, cluster: ClusterOptions):
     """Check that the partitioned graph PARTITIONED (its folder or graph.json) holds exactly the

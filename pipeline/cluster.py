@@ -140,11 +140,14 @@ class TaskRunner:
                          return_when="FIRST_COMPLETED")
                 except TimeoutError:
                     pass
-                for i in sorted(i for i in pending if futures[i].done()):
-                    if futures[i].status == "error":
-                        self.client.cancel([futures[j] for j in pending])
+                done = sorted(i for i in pending if futures[i].done())
+                failed = [i for i in done if futures[i].status == "error"]
+                if failed:
+                    self.client.cancel([futures[j] for j in pending if j != failed[0]])
+                    futures[failed[0]].result()  # raises the task's own exception
+                for i in done:
                     # Fetched at once: a result left on a worker that dies is lost with it.
-                    results[i] = futures[i].result()  # raises the task's exception
+                    results[i] = futures[i].result()
                     futures[i].release()
                     pending.discard(i)
                     bar.update()

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Iterable
 
 from formats import FormatError
+from formats.output import restore_previous
 from formats.storage import is_url
 
 
@@ -96,10 +97,12 @@ def _same_file(fd: int, path: str) -> bool:
 
 @contextmanager
 def guarded_output(out: str, inputs: Iterable[str]):
-    """Refuse an OUT aliasing ``inputs``, then hold OUT's lock for the block."""
+    """Refuse an OUT aliasing ``inputs``, then hold OUT's lock for the block (first undoing a
+    replacement of OUT that a killed run left half done)."""
     refuse_aliasing(out, inputs)
     if is_url(out):
         yield
         return
     with OutputLock(out):
+        restore_previous(out)
         yield

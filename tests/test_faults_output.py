@@ -1,0 +1,385 @@
+"""Fault injection on outputs and the cluster: OUT aliasing an input, failed and killed
+overwrites, concurrent runs, lost Dask workers, a full disk, bad option values.
+
+Every case checks the exit code, that the message names the culprit, and that nothing was lost:
+the inputs' bytes and any previous output's bytes are unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from faultkit import PREP, ROOT, assert_clean_exit, prep_fails, run_cli, tree_hash
+
+pytestmark = pytest.mark.faults
+
+
+@pytest.fixture(scope="module")
+def base(scheduler, tmp_path_factory):
+    """A small synth graph G, its 2-part assignment A and dispatch D (read-only for tests)."""
+    from conftest import run_prep
+
+    root = tmp_path_factory.mktemp("faults-out")
+    run_prep(scheduler, "synth", root / "G", "--nodes", 2000, "--edges", 20000, "--seed", 3)
+    run_prep(scheduler, "partition", root / "G", root / "A", "-p", 2)
+    run_prep(scheduler, "dispatch", root / "G", root / "A", root / "D")
+    return root
+
+
+@pytest.fixture
+def work(base, tmp_path):
+    """Private copies of G, A and D, with their hashes before the test."""
+    for name in ("G", "A", "D"):
+        shutil.copytree(base / name, tmp_path / name)
+    return tmp_path
+
+
+def hashes(*paths):
+    return [tree_hash(p) for p in paths]
+
+
+def no_leftovers(folder):
+    """No ``.NAME.partial`` / ``.NAME.old`` / ``.NAME.lock`` beside anything in ``folder``."""
+    left = [n for n in os.listdir(folder) if n.endswith((".partial", ".old", ".lock"))]
+    assert not left, left
+
+
+# --- OUT aliasing an input: exit 2 whatever --overwrite says, input bytes unchanged ----------
+
+@pytest.mark.parametrize("args, culprit", [
+    (("partition", "{G}", "{G}", "-p", 2, "--overwrite"), "is the input"),
+    (("partition", "{G}", "{G}/sub", "-p", 2, "--overwrite"), "lies inside the input"),
+    (("partition", "{G}", "{W}", "-p", 2, "--overwrite"), "contains the input"),
+    (("dispatch", "{G}", "{A}", "{A}", "--overwrite"), "is the input"),
+    (("dispatch", "{G}", "{A}", "{G}", "--overwrite"), "is the input"),
+    (("dispatch", "{G}", "{A}", "{A}/parts", "--overwrite"), "lies inside the input"),
+    (("chunk", "{G}/e.csv", "{G}", "--overwrite"), "contains the input"),
+])
+def test_out_aliasing_an_input_is_refused(scheduler, work, args, culprit):
+    (work / "G" / "e.csv").write_text("0,1\n")
+    before = hashes(work / "G", work / "A")
+    fill = {"G": work / "G", "A": work / "A", "W": work}
+    argv = [str(a).format(**fill) for a in args]
+    prep_fails(scheduler, *argv, code=2, names=[culprit, "choose another output"])
+    assert hashes(work / "G", work / "A") == before
+
+
+def test_out_through_a_symlink_to_the_input_is_refused(scheduler, work):
+    os.symlink(work / "G", work / "link")
+    before = tree_hash(work / "G")
+    prep_fails(scheduler, "partition", work / "G", work / "link", "-p", 2, "--overwrite",
+               code=2, names=["is the input"])
+    assert tree_hash(work / "G") == before
+
+
+# --- a failed --overwrite leaves the previous output untouched --------------------------------
+
+def corrupt_first_edge_chunk(graph_dir, value=-1):
+    """Make row 3 of the first edge chunk point at node ``value``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    meta = json.loads((graph_dir / "metadata.json").read_text())
+    rel = next(iter(meta["edges"].values()))["data"][0]
+    path = graph_dir / rel
+    table = pq.read_table(path)
+    dst = table.column("dst").to_numpy().copy()
+    dst[3] = value
+    pq.write_table(table.set_column(1, "dst", pa.array(dst)), path)
+    return path
+
+
+def test_failed_partition_overwrite_keeps_previous_output(scheduler, work):
+    shutil.copytree(work / "G", work / "Gbad")
+    corrupt_first_edge_chunk(work / "Gbad")
+    before = hashes(work / "A", work / "Gbad")
+    prep_fails(scheduler, "partition", work / "Gbad", work / "A", "-p", 2, "--method", "metis",
+               "--overwrite", code=2, names=["part-", "dst"])
+    assert hashes(work / "A", work / "Gbad") == before
+    no_leftovers(work)
+
+
+def test_failed_dispatch_overwrite_keeps_previous_output(scheduler, work):
+    shutil.copytree(work / "G", work / "Gbad")
+    corrupt_first_edge_chunk(work / "Gbad", value=10**6)
+    before = hashes(work / "D", work / "Gbad")
+    prep_fails(scheduler, "dispatch", work / "Gbad", work / "A", work / "D", "--overwrite",
+               code=2, names=["part-", "dst"])
+    assert hashes(work / "D", work / "Gbad") == before
+
+
+def test_failed_chunk_overwrite_keeps_previous_output(scheduler, work, tmp_path):
+    good = tmp_path / "e.csv"
+    good.write_text("src,dst\n0,1\n1,2\n2,0\n")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("src,dst\n0,1\n1,x\n")
+    out = tmp_path / "C"
+    from conftest import run_prep
+    run_prep(scheduler, "chunk", good, out)
+    before = tree_hash(out)
+    prep_fails(scheduler, "chunk", bad, out, "--overwrite", code=2, names=["bad.csv"])
+    assert tree_hash(out) == before
+    no_leftovers(tmp_path)
+
+
+def test_different_command_on_existing_output_is_refused_without_overwrite(scheduler, work):
+    before = tree_hash(work / "A")
+    prep_fails(scheduler, "partition", work / "G", work / "A", "-p", 3, code=2,
+               names=["--overwrite", str(work / "A")])
+    assert tree_hash(work / "A") == before
+
+
+def test_overwrite_that_succeeds_replaces_output_and_cleans_up(scheduler, work, prep):
+    prep("dispatch", work / "G", work / "A", work / "D", "--machines", "m0,m1", "--overwrite",
+         cluster=False)
+    graph = json.loads((work / "D" / "graph.json").read_text())
+    assert [p["machine"] for p in graph["parts"]] == ["m0", "m1"]
+    assert not os.path.exists(work / "D" / "part-0")      # the old layout is gone
+    assert not os.path.exists(work / "D" / ".work")
+    no_leftovers(work)
+    prep("verify", work / "G", work / "D")
+
+
+def test_replacement_cut_between_its_renames_is_undone(work, scheduler, prep):
+    """A kill between 'OUT -> .OUT.old' and '.OUT.partial -> OUT' loses nothing."""
+    prep("partition", work / "G", work / "P", "-p", 2)
+    before = tree_hash(work / "P")
+    os.rename(work / "P", work / ".P.old")
+    os.makedirs(work / ".P.partial")                          # the half-built new output
+    prep("partition", work / "G", work / "P", "-p", 2)        # same command: up to date
+    assert tree_hash(work / "P") == before
+    no_leftovers(work)
+
+
+# --- concurrent runs on one OUT ---------------------------------------------------------------
+
+def test_second_writer_fails_at_once_naming_the_holder(scheduler, work):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom pipeline.guard import OutputLock\n"
+         "with OutputLock(sys.argv[1]):\n    print('locked', flush=True)\n    time.sleep(60)",
+         str(work / "P")], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        start = time.monotonic()
+        prep_fails(scheduler, "partition", work / "G", work / "P", "-p", 2, "--seed", 2,
+                   code=2, names=["another run is writing", f"pid {holder.pid}", ".P.lock"])
+        assert time.monotonic() - start < 10
+        assert not os.path.exists(work / "P")
+    finally:
+        holder.kill()
+        holder.wait()
+    # The lock dies with its holder: the next run goes ahead.
+    prep_fails(scheduler, "partition", work / "G", work / "P", "-p", 2, code=0)
+
+
+def test_two_real_runs_never_mix_their_outputs(scheduler, work):
+    """Two `prep partition` runs with seeds 1 and 2 on one OUT: whichever wrote OUT wrote all of
+    it (assignment, metadata and manifest agree), and a loser exits 2 naming the holder."""
+    procs = [subprocess.Popen([PREP, "partition", str(work / "G"), str(work / "P"), "-p", "2",
+                               "--seed", str(seed), "--no-progress", "--scheduler", scheduler,
+                               "--overwrite"], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
+    results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+    for code, err in results:
+        assert code in (0, 2), err
+        if code == 2:
+            assert "another run is writing" in err and "Traceback" not in err
+    manifest = json.loads((work / "P" / "manifest.json").read_text())
+    meta = json.loads((work / "P" / "partition_meta.json").read_text())
+    assert manifest["seed"] == meta["seed"]
+    no_leftovers(work)
+
+
+# --- kills --------------------------------------------------------------------------------------
+
+def _kill_when(proc, path, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def test_killed_dispatch_resumes_to_a_verified_output(scheduler, work):
+    shutil.rmtree(work / "D")
+    args = [PREP, "dispatch", str(work / "G"), str(work / "A"), str(work / "D"),
+            "--no-progress", "--scheduler", scheduler, "--range-size", "256"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _kill_when(proc, work / ".D.partial" / ".work" / "edges")
+    assert not os.path.exists(work / "D")                  # never half-visible
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "resuming" in done.stderr or done.returncode == 0
+    verify = run_cli("verify", work / "G", work / "D", "--no-progress", "--scheduler", scheduler)
+    assert_clean_exit(verify, 0, ["verified"])
+    no_leftovers(work)
+
+
+def test_killed_overwrite_keeps_previous_output(scheduler, work):
+    before = tree_hash(work / "D")
+    args = [PREP, "dispatch", str(work / "G"), str(work / "A"), str(work / "D"), "--overwrite",
+            "--machines", "m0,m1", "--no-progress", "--range-size", "256"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _kill_when(proc, work / ".D.partial" / ".work")
+    assert tree_hash(work / "D") == before
+    # A different command later finds the previous output intact and the debris cleaned.
+    prep_fails(scheduler, "verify", work / "G", work / "D", code=0)
+
+
+def test_killed_partition_leaves_nothing_and_reruns(scheduler, work):
+    args = [PREP, "partition", str(work / "G"), str(work / "P"), "-p", "2", "--method", "metis",
+            "--no-progress"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _kill_when(proc, work / ".P.partial")
+    assert not os.path.exists(work / "P")
+    assert_clean_exit(subprocess.run(args, cwd=ROOT, capture_output=True, text=True,
+                                     timeout=120), 0)
+    no_leftovers(work)
+
+
+@pytest.fixture(scope="module")
+def machines():
+    """A cluster of two named workers with nannies (they restart a worker that dies)."""
+    from distributed import Client
+
+    from pipeline.cluster import _named_cluster
+    with _named_cluster(("m0", "m1"), "1GiB") as cluster, Client(cluster) as client:
+        client.wait_for_workers(2)
+        yield client
+
+
+def _die_once(marker: str) -> int:
+    """Task: the first run kills its own worker process; a rerun returns 7."""
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    return 7
+
+
+def test_task_pinned_to_a_restarted_worker_is_rerun_there(machines, tmp_path):
+    from pipeline.cluster import TaskRunner
+
+    run = TaskRunner(machines, progress=False, lost_worker_timeout=60)
+    before = machines.scheduler_info()["workers"]
+    start = time.monotonic()
+    assert run(_die_once, [str(tmp_path / "m")], "pinned", workers=["m1"]) == [7]
+    assert time.monotonic() - start < 45
+    assert set(machines.scheduler_info()["workers"]) != set(before)   # m1 came back anew
+
+
+def test_lost_worker_that_never_returns_fails_naming_it(scheduler, tmp_path):
+    """A worker without a nanny dies for good while its pinned task runs."""
+    from distributed import Client
+
+    from pipeline.cluster import LostWorkerError, TaskRunner
+    ghost = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "dask"), "worker",
+                              scheduler, "--name", "ghost", "--no-nanny", "--nthreads", "1",
+                              "--no-dashboard"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        with Client(scheduler) as client:
+            client.wait_for_workers(3, timeout=60)
+            run = TaskRunner(client, progress=False, lost_worker_timeout=3)
+            start = time.monotonic()
+            with pytest.raises(LostWorkerError, match="worker ghost .* did not come back "
+                                                      "within 3 s"):
+                run(_die_once, [str(tmp_path / "m")], "pinned", workers=["ghost"])
+            assert time.monotonic() - start < 30
+    finally:
+        ghost.kill()
+        ghost.wait()
+
+
+def test_unpinned_task_of_a_dead_worker_is_rerun(scheduler, tmp_path):
+    from distributed import Client
+
+    from pipeline.cluster import TaskRunner
+    with Client(scheduler) as client:
+        assert TaskRunner(client, progress=False)(_die_once, [str(tmp_path / "m")]) == [7]
+
+
+# --- a full disk ----------------------------------------------------------------------------
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root: the disk-full case runs only as root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(disk)]).returncode:
+        pytest.skip("mount -t tmpfs failed here (no CAP_SYS_ADMIN in this container)")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)])
+
+
+def test_full_disk_names_device_and_file_and_keeps_previous(scheduler, tiny_disk):
+    from conftest import run_prep
+
+    run_prep(scheduler, "synth", tiny_disk / "S", "--nodes", 100, "--edges", 300)
+    before = tree_hash(tiny_disk / "S")
+    out = prep_fails(scheduler, "synth", tiny_disk / "S", "--nodes", 20000, "--edges", 200000,
+                     "--overwrite", code=1, names=["no space left on tmpfs", str(tiny_disk),
+                                                   "while writing", ".S.partial"])
+    assert len(out.strip().splitlines()) == 1, out
+    assert tree_hash(tiny_disk / "S") == before
+    assert sorted(os.listdir(tiny_disk)) == ["S"]
+
+
+# --- bad option values and paths -------------------------------------------------------------
+
+@pytest.mark.parametrize("args, culprit", [
+    (("partition", "{G}", "{o}", "-p", 0), "--num-parts"),
+    (("partition", "{G}", "{o}", "-p", 2, "--imbalance", 5), "--imbalance"),
+    (("partition", "{G}", "{o}", "-p", 2, "--method", "magic"), "--method"),
+    (("partition", "{G}", "{o}", "-p", 2, "--method", "metis", "--balance", "x"), "--balance"),
+    (("partition", "{G}", "{o}", "-p", 2, "--balance", "train"), "--balance"),
+    (("partition", "{G}", "{o}"), "--num-parts"),
+    (("dispatch", "{G}", "{A}", "{o}", "--range-size", 0), "--range-size"),
+    (("synth", "{o}", "--split", "0.5,0.5"), "--split"),
+    (("chunk", "{G}/nope.csv", "{o}"), "nope.csv"),
+    (("synth", "{o}", "--lost-worker-timeout", 0), "--lost-worker-timeout"),
+])
+def test_bad_option_values_exit_2_naming_the_option(scheduler, work, args, culprit):
+    argv = [str(a).format(G=work / "G", A=work / "A", o=work / "o") for a in args]
+    prep_fails(scheduler, *argv, code=2, names=[culprit])
+    assert not os.path.exists(work / "o")
+
+
+def test_unknown_machines_on_an_external_cluster(scheduler, work):
+    prep_fails(scheduler, "dispatch", work / "G", work / "A", work / "o", "--machines", "x9",
+               code=2, names=["no workers named ['x9']", "--machines"])
+
+
+def test_relative_paths_with_an_external_scheduler(scheduler, work):
+    """Workers do not share the client's working directory: paths are made absolute."""
+    def prep_in(*args):
+        return subprocess.run([PREP, *map(str, args), "--no-progress", "--scheduler", scheduler],
+                              cwd=work, capture_output=True, text=True, timeout=120)
+    assert_clean_exit(prep_in("partition", "G", "P", "-p", 2), 0)
+    assert_clean_exit(prep_in("dispatch", "G", "P", "Q"), 0)
+    assert_clean_exit(prep_in("verify", "G", "Q"), 0, ["verified"])
+
+
+def test_unexpected_failure_is_one_line_and_v_shows_the_traceback(scheduler, work):
+    """An environment fault (OUT under a regular file) ends in one line, exit 1."""
+    (work / "plain").write_text("not a folder")
+    out = prep_fails(scheduler, "synth", work / "plain" / "S", code=1,
+                     names=["plain", "-v shows the traceback"])
+    assert len(out.strip().splitlines()) == 1, out
+    from click.testing import CliRunner
+
+    from pipeline.cli import prep as cli
+    verbose = CliRunner().invoke(cli, ["synth", str(work / "plain" / "S"), "-v"])
+    assert verbose.exit_code == 1 and "Traceback" in verbose.output, verbose.output

@@ -17,12 +17,13 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from dataclasses import replace
 
-import fsspec
 import numpy as np
 
 from formats import FormatError, load_chunked_graph
 from formats.assignment import load_assignment
+from formats.integrity import dispatch_id
 from formats.output import (MANIFEST, fingerprint, make_manifest, read_manifest,
                             restore_previous, same_work, side_paths, swap_into_place, write_json)
 from formats.partitioned import GRAPH_JSON, PartInfo, PartitionedGraph
@@ -30,6 +31,7 @@ from formats.storage import is_url
 from pipeline.cluster import ClusterOptions, TaskRunner, dask_client
 from pipeline.guard import guarded_output
 from .build import PartTask, build_part
+from .deliver import staging_for, upload, url_up_to_date
 from .plan import RANGE_SIZE, DispatchPlan
 from .relabel import RangeTask, count_range, node_book, relabel_range
 from .shuffle import BucketTask, bucket_edges
@@ -48,6 +50,7 @@ def _prepare_out(out: str, manifest: dict, overwrite: bool) -> str | None:
     if os.path.exists(out):
         if same_work(read_manifest(out), manifest) and not overwrite:
             log.info("%s is up to date; nothing to do", out)
+            shutil.rmtree(side_paths(out)[0], ignore_errors=True)  # debris of a killed rerun
             return None
         if not overwrite and os.listdir(out):
             raise FormatError("output folder exists and holds something else than this exact "
@@ -75,7 +78,9 @@ def run_dispatch(chunked: str, assignment_dir: str, out: str, cluster: ClusterOp
     inputs = {os.path.abspath(chunked): fingerprint(chunked),
               os.path.abspath(assignment_dir): fingerprint(assignment_dir)}
     manifest = make_manifest("dispatch", inputs, {"machines": list(machines)}, None)
-    local = staging or (out if not is_url(out) else _staging_for(out))
+    local = staging or (out if not is_url(out) else staging_for(out))
+    if is_url(out) and url_up_to_date(out, manifest, overwrite):
+        return None
     with guarded_output(local, [chunked, assignment_dir]):
         build = _prepare_out(local, manifest, overwrite)
         if build is None:
@@ -91,7 +96,7 @@ def run_dispatch(chunked: str, assignment_dir: str, out: str, cluster: ClusterOp
             swap_into_place(build, local)
         shutil.rmtree(os.path.join(local, WORK))
     if is_url(out):
-        _upload(local, out)
+        upload(local, out)
     return result
 
 
@@ -123,13 +128,17 @@ def _dispatch_into(local: str, run: TaskRunner, graph, assignment, out: str, inp
     parts = [PartInfo(f"{machines[p % len(machines)]}/part-{p}" if machines else f"part-{p}",
                       machines[p % len(machines)] if machines else "")
              for p in range(p_count)]
-    part_tasks = [PartTask(plan, p, node_map, os.path.join(local, parts[p].path))
+    did = dispatch_id(inputs, {"machines": list(machines)})
+    part_tasks = [PartTask(plan, p, node_map, os.path.join(local, parts[p].path), did)
                   for p in range(p_count)]
-    counts = run(build_part, part_tasks, "build parts",
-                 workers=[pi.machine for pi in parts] if machines else None)
+    built = run(build_part, part_tasks, "build parts",
+                workers=[pi.machine for pi in parts] if machines else None)
+    parts = [replace(pi, manifest=b.manifest) for pi, b in zip(parts, built)]
+    num_classes = {t: max(b.label_max[t] for b in built) + 1 for t in graph.node_types
+                   if all(t in b.label_max for b in built)}
     edge_map = {}
     for et in graph.edge_types:
-        sizes = np.array([c[str(et)] for c in counts])
+        sizes = np.array([b.counts[str(et)] for b in built])
         starts = np.concatenate([[0], np.cumsum(sizes)])
         edge_map[et] = [[int(starts[p]), int(starts[p + 1])] for p in range(p_count)]
     return PartitionedGraph(
@@ -139,7 +148,7 @@ def _dispatch_into(local: str, run: TaskRunner, graph, assignment, out: str, inp
         num_nodes=dict(graph.num_nodes), num_edges=dict(graph.num_edges), node_map=node_map,
         edge_map=edge_map, node_feats=_feat_specs(local, parts[0].path, graph.node_data, "node"),
         edge_feats=_feat_specs(local, parts[0].path, graph.edge_data, "edge"),
-        parts=tuple(parts), source=inputs)
+        parts=tuple(parts), source=inputs, dispatch_id=did, num_classes=num_classes)
 
 
 def _feat_specs(local: str, part0: str, section: dict, kind: str) -> dict:
@@ -153,23 +162,3 @@ def _feat_specs(local: str, part0: str, section: dict, kind: str) -> dict:
             arr = np.load(os.path.join(local, part0, folder, f"{name}.npy"), mmap_mode="r")
             specs[key][name] = {"dtype": str(arr.dtype), "shape": list(arr.shape[1:])}
     return specs
-
-
-def _staging_for(url: str) -> str:
-    import hashlib
-    import tempfile
-    return os.path.join(tempfile.gettempdir(),
-                        "graphprep-dispatch-" + hashlib.sha256(url.encode()).hexdigest()[:16])
-
-
-def _upload(local: str, url: str) -> None:
-    """Copy the finished local output to ``url``: parts first, graph.json last."""
-    fs, root = fsspec.core.url_to_fs(url)
-    names = sorted(os.listdir(local), key=lambda n: n in (GRAPH_JSON, MANIFEST))
-    for name in names:
-        src = os.path.join(local, name)
-        if os.path.isdir(src):
-            fs.put(src, f"{root}/{name}", recursive=True)
-        else:
-            fs.put_file(src, f"{root}/{name}")
-    shutil.rmtree(local)

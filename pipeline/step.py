@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 
 from formats import FormatError, load_chunked_graph, validate_chunked_graph
-from formats.output import MANIFEST, read_manifest, same_work, write_json
+from formats.output import MANIFEST, read_manifest, same_work, side_paths, write_json
 from formats.schema import METADATA, ChunkedGraph
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,7 @@ def up_to_date(out: str, manifest: dict, overwrite: bool) -> bool:
         return False
     if not overwrite and same_work(read_manifest(out), manifest):
         log.info("%s is up to date (same inputs and options); nothing to do", out)
+        shutil.rmtree(side_paths(out)[0], ignore_errors=True)   # debris of a killed rerun
         return True
     if not overwrite:
         raise FormatError("output folder exists and was not made by this exact command; "

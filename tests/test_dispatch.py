@@ -233,5 +233,6 @@ def test_fsspec_memory_output(tmp_path, cora):
     fs = fsspec.filesystem("memory")
     meta = json.loads(fs.cat("/graphprep-test/d/graph.json"))
     assert meta["num_parts"] == 2
+    version = meta["parts"][0]["path"].split("/")[0]          # parts live under one version
     for rel in ("part-1/edges/_N___E___N/indices.npy", "part-0/node_feats/_N/feat.npy"):
-        assert fs.cat(f"/graphprep-test/d/{rel}") == (tmp_path / "local" / rel).read_bytes()
+        assert fs.cat(f"/graphprep-test/d/{version}/{rel}") == (tmp_path / "local" / rel).read_bytes()

@@ -383,3 +383,33 @@ def test_unexpected_failure_is_one_line_and_v_shows_the_traceback(scheduler, wor
     from pipeline.cli import prep as cli
     verbose = CliRunner().invoke(cli, ["synth", str(work / "plain" / "S"), "-v"])
     assert verbose.exit_code == 1 and "Traceback" in verbose.output, verbose.output
+
+
+def _memory_tree(root: str) -> dict[str, bytes]:
+    import fsspec
+    fs = fsspec.filesystem("memory")
+    return {p: fs.cat(p) for p in fs.find(root)}
+
+
+def test_url_output_is_replaced_by_versions_never_mixed(scheduler, work, prep):
+    url = f"memory://faults-{os.getpid()}-{time.monotonic_ns()}/d"
+    root = url.split("://")[1]
+    prep("dispatch", work / "G", work / "A", url)
+    first = _memory_tree("/" + root)
+    prep_fails(scheduler, "dispatch", work / "G", work / "A", url, code=0)      # up to date
+    assert _memory_tree("/" + root) == first
+    prep_fails(scheduler, "partition", work / "G", work / "A3", "-p", 3, code=0)
+    prep_fails(scheduler, "dispatch", work / "G", work / "A3", url, code=2,
+               names=["another dispatch", "--overwrite"])
+    shutil.copytree(work / "G", work / "Gbad")
+    corrupt_first_edge_chunk(work / "Gbad", value=10**6)
+    prep_fails(scheduler, "dispatch", work / "Gbad", work / "A", url, "--overwrite", code=2,
+               names=["part-"])
+    assert _memory_tree("/" + root) == first                  # a failed overwrite: untouched
+    prep("dispatch", work / "G", work / "A3", url, "--overwrite")
+    after = _memory_tree("/" + root)
+    graph = json.loads(after[f"/{root}/graph.json"])
+    version = graph["parts"][0]["path"].split("/")[0]
+    assert graph["num_parts"] == 3
+    assert all(p.startswith((f"/{root}/{version}/", f"/{root}/graph.json",
+                             f"/{root}/manifest.json")) for p in after), sorted(after)[:5]

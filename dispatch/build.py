@@ -5,17 +5,20 @@ sub-range at a time; inputs are read by row range (no memory-mapping: mapped pag
 in the worker's memory). A task holds one range of node rows or one sub-range of
 edges (``range_size`` destination nodes' in-edges, gathered from every chunk's bucket), plus
 the part's halo list; never the part's, let alone the graph's, edges at once. The part is
-written into a temporary folder and renamed into place when complete.
+written into a temporary folder and renamed into place when complete, with ``part.json`` (its
+index and dispatch id); then its integrity manifest is computed from the files on this machine.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from formats import EdgeType
+from formats.integrity import (PART_JSON, FileRecord, PartStamp, part_manifest,
+                               write_part_json)
 from formats.npyio import NpyWriter, npy_shape, read_rows
 from pipeline.arrayops import unique_ints
 from .plan import DispatchPlan, atomic_folder
@@ -27,23 +30,55 @@ class PartTask:
     p: int
     node_map: dict[str, list[list[int]]]
     target: str                         # final folder of the part (local path)
+    dispatch_id: str = ""               # written into part.json (graph.json records it too)
 
 
-def build_part(task: PartTask) -> dict:
-    """Write part ``p``; returns its edge count per type. Skips a part already in place."""
+@dataclass
+class BuiltPart:
+    """What the client needs of a built part: edge count per type, the integrity manifest of
+    its files, and the largest ``label`` per node type with integer labels (-1: none)."""
+
+    counts: dict[str, int]
+    manifest: dict[str, FileRecord] = field(default_factory=dict)
+    label_max: dict[str, int] = field(default_factory=dict)
+
+
+def build_part(task: PartTask) -> BuiltPart:
+    """Write part ``p`` (skipped when already in place: a resumed run) and describe it from its
+    files, the same either way. Holds one node range or destination sub-range while building,
+    one 8 MiB block while hashing."""
     plan, p, g = task.plan, task.p, task.plan.graph
-    if os.path.exists(task.target):  # renamed into place only when complete
-        return {str(et): int(np.load(os.path.join(task.target, "edges", et.dirname,
-                                                  "indptr.npy"))[-1]) for et in g.edge_types}
-    with atomic_folder(task.target) as out:
-        for t in g.node_types:
-            _write_nodes(plan, t, p, task.node_map[t][p], out)
-        halo = {t: _halo(plan, t, p, task.node_map) for t in g.node_types}
-        for t, h in halo.items():
-            np.save(os.path.join(out, "nodes", t, "halo_ids.npy"), h)
-        counts = {str(et): _write_csc(plan, et, p, task.node_map, halo[et.src], out)
-                  for et in g.edge_types}
-    return counts
+    if not os.path.exists(task.target):  # renamed into place only when complete
+        with atomic_folder(task.target) as out:
+            for t in g.node_types:
+                _write_nodes(plan, t, p, task.node_map[t][p], out)
+            halo = {t: _halo(plan, t, p, task.node_map) for t in g.node_types}
+            for t, h in halo.items():
+                np.save(os.path.join(out, "nodes", t, "halo_ids.npy"), h)
+            for et in g.edge_types:
+                _write_csc(plan, et, p, task.node_map, halo[et.src], out)
+            write_part_json(out, PartStamp(p, g.graph_name, task.dispatch_id))
+    if not os.path.exists(os.path.join(task.target, PART_JSON)):  # left by an older graphprep
+        write_part_json(task.target, PartStamp(p, g.graph_name, task.dispatch_id))
+    counts = {str(et): int(np.load(os.path.join(task.target, "edges", et.dirname,
+                                                "indptr.npy"), mmap_mode="r")[-1])
+              for et in g.edge_types}
+    labels = {t: os.path.join(task.target, "node_feats", t, "label.npy") for t in g.node_types
+              if "label" in g.node_data.get(t, {})}
+    return BuiltPart(counts, part_manifest(task.target),
+                     {t: m for t, path in labels.items() if (m := _label_max(path)) is not None})
+
+
+def _label_max(path: str, rows: int = 1 << 22) -> int | None:
+    """Largest value of an integer label array (-1 when empty), scanned in slices; None for a
+    non-integer array (no class count to record)."""
+    labels = np.load(path, mmap_mode="r")
+    if labels.dtype.kind not in "iu":
+        return None
+    top = -1
+    for start in range(0, len(labels), rows):
+        top = max(top, int(labels[start:start + rows].max()))
+    return top
 
 
 def _write_nodes(plan: DispatchPlan, t: str, p: int, book: list[int], out: str) -> None:

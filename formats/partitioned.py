@@ -7,11 +7,12 @@ The trainer reads only this. :func:`load_partitioned` is the one validating load
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .errors import FormatError
+from .integrity import FileRecord
 from .schema import EdgeType
 from .storage import join, read_text
 
@@ -21,8 +22,22 @@ PARTITIONED_VERSION = 1
 
 @dataclass(frozen=True)
 class PartInfo:
+    """Where a part lives, and its integrity manifest: ``{relative path: FileRecord}`` over
+    every file of the part folder (empty in graph.json files written before manifests)."""
+
     path: str          # relative to the graph.json folder, or a URL
     machine: str = ""
+    manifest: dict[str, FileRecord] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "machine": self.machine,
+                "manifest": {rel: r.to_json() for rel, r in sorted(self.manifest.items())}}
+
+    @classmethod
+    def from_json(cls, obj: dict, *, file: str, p: int) -> "PartInfo":
+        manifest = {rel: FileRecord.from_json(r, file=file, field=f"parts[{p}].manifest.{rel}")
+                    for rel, r in obj.get("manifest", {}).items()}
+        return cls(obj["path"], obj.get("machine", ""), manifest)
 
 
 @dataclass(frozen=True)
@@ -44,6 +59,8 @@ class PartitionedGraph:
     source: dict = field(default_factory=dict)
     halo_hops: int = 1
     format_version: int = PARTITIONED_VERSION
+    dispatch_id: str = ""                 # also in each part's part.json ("" before manifests)
+    num_classes: dict[str, int] = field(default_factory=dict)  # per type with an int `label`
 
     def part_path(self, p: int, *rel: str) -> str:
         return join(join(self.root, self.parts[p].path), "/".join(rel)) if rel else \
@@ -65,7 +82,8 @@ class PartitionedGraph:
             "edge_map": {str(e): m for e, m in self.edge_map.items()},
             "node_feats": self.node_feats,
             "edge_feats": {str(e): f for e, f in self.edge_feats.items()},
-            "parts": [asdict(p) for p in self.parts], "source": self.source}
+            "parts": [p.to_json() for p in self.parts], "source": self.source,
+            "dispatch_id": self.dispatch_id, "num_classes": self.num_classes}
 
 
 def load_partitioned(path: str) -> PartitionedGraph:
@@ -79,6 +97,10 @@ def load_partitioned(path: str) -> PartitionedGraph:
     except json.JSONDecodeError as err:
         raise FormatError(f"invalid JSON: {err.msg} (line {err.lineno})", file=path) from None
     root = path.rsplit("/", 1)[0] if "/" in path else "."
+    version = meta.get("format_version", 1) if isinstance(meta, dict) else None
+    if version != PARTITIONED_VERSION:
+        raise FormatError(f"format_version {version!r} is not one this graphprep reads "
+                          f"({PARTITIONED_VERSION})", file=path, field="format_version")
     try:
         etypes = [EdgeType.parse(e, file=path) for e in meta["edge_types"]]
         g = PartitionedGraph(
@@ -91,8 +113,11 @@ def load_partitioned(path: str) -> PartitionedGraph:
             edge_map={EdgeType.parse(e): m for e, m in meta["edge_map"].items()},
             node_feats=meta.get("node_feats", {}),
             edge_feats={EdgeType.parse(e): f for e, f in meta.get("edge_feats", {}).items()},
-            parts=tuple(PartInfo(**p) for p in meta["parts"]), source=meta.get("source", {}),
-            halo_hops=meta.get("halo_hops", 1), format_version=meta.get("format_version", 1))
+            parts=tuple(PartInfo.from_json(p, file=path, p=i)
+                        for i, p in enumerate(meta["parts"])),
+            source=meta.get("source", {}), halo_hops=meta.get("halo_hops", 1),
+            format_version=version, dispatch_id=str(meta.get("dispatch_id", "")),
+            num_classes={t: int(c) for t, c in meta.get("num_classes", {}).items()})
     except KeyError as err:
         raise FormatError("required field is missing", file=path, field=err.args[0]) from None
     _check_ranges(g, path)

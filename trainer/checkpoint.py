@@ -1,38 +1,146 @@
-"""Per-epoch checkpoints: model, optimizer and the epochs' metrics, written atomically.
+"""Per-epoch checkpoints: model, optimizer, the epochs' metrics, and what they belong to.
 
 ``DIR/checkpoint.pt`` is replaced after each epoch (written to ``DIR/.checkpoint.pt.partial``
-first), so a run killed at any moment resumes from its last finished epoch.
+first), so a run killed at any moment resumes from its last finished epoch; ``DIR/best.pt`` is
+the same state after the epoch with the best validation accuracy so far (earliest on ties, as
+the summary picks it). Each records the graph's fingerprint and the options that shape the run
+(:class:`CheckpointInfo`): ``--resume`` against another graph or with other such options is
+refused, naming every difference. torch is imported only by the functions that need it, so the
+launcher checks a run without it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
+from dataclasses import dataclass
 
-import torch
+from formats.integrity import manifest_digest
 
 log = logging.getLogger("trainer")
 
 NAME = "checkpoint.pt"
+BEST = "best.pt"
+# options a resumed run must share with the checkpoint: the model's shape and what makes the
+# continuation exact (seeds, batches, optimizer settings)
+RESUME_KEYS = ("target", "hidden", "fanouts", "dropout", "lr", "weight_decay", "batch_size",
+               "seed")
 
 
-def save_checkpoint(folder: str, model, optimizer, history: list[dict], config: dict) -> None:
-    """Write the state after epoch ``len(history) - 1``."""
+class ResumeRefused(ValueError):
+    """``--resume`` would continue a different run (another graph or incompatible options)."""
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """Identity of a run: the graph's fingerprint and the options listed in RESUME_KEYS."""
+
+    graph: dict
+    options: dict
+
+    @classmethod
+    def of(cls, cfg, graph, target: str) -> "CheckpointInfo":
+        """For options ``cfg`` (target resolved to ``target``) on the partitioned ``graph``."""
+        options = {k: getattr(cfg, k) for k in RESUME_KEYS if k != "target"}
+        return cls(graph_fingerprint(graph), {"target": target, **options})
+
+
+def graph_fingerprint(graph) -> dict:
+    """What identifies the data: name, sizes, the dispatch id and each part's manifest digest
+    (the full hashes of its files). graph.json files without manifests fall back on the input
+    fingerprints recorded at dispatch."""
+    fp = {"graph_name": graph.graph_name, "num_parts": graph.num_parts,
+          "dispatch_id": graph.dispatch_id, "num_nodes": dict(graph.num_nodes),
+          "num_edges": {str(e): n for e, n in graph.num_edges.items()}}
+    fp.update({f"part {p}": manifest_digest(info.manifest) if info.manifest else ""
+               for p, info in enumerate(graph.parts)})
+    if not graph.dispatch_id:
+        fp["source"] = dict(graph.source)
+    return fp
+
+
+def differences(saved: CheckpointInfo, now: CheckpointInfo) -> list[str]:
+    """``key: checkpoint X, now Y`` for every graph fingerprint entry and option that differs."""
+    out = []
+    for prefix, a, b in (("graph ", saved.graph, now.graph), ("--", saved.options, now.options)):
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                flag = key.replace("_", "-") if prefix == "--" else key
+                out.append(f"{prefix}{flag}: checkpoint {_short(a.get(key))}, now "
+                           f"{_short(b.get(key))}")
+    return out
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_writable(folder: str) -> None:
+    """Create ``folder`` and write and remove a probe file in it, before any epoch runs.
+    Raises ValueError naming the folder."""
+    probe = os.path.join(folder, f".write-probe-{os.getpid()}")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"probe")
+        os.remove(probe)
+    except OSError as err:
+        raise ValueError(f"--checkpoint-dir {folder}: cannot write there "
+                         f"({type(err).__name__}: {err.strerror or err})") from None
+
+
+def check_resume(folder: str, now: CheckpointInfo) -> int | None:
+    """Before ``--resume``: epochs done by the checkpoint in ``folder`` (None: there is none).
+    Raises ResumeRefused naming each difference of graph or options (one line)."""
+    path = os.path.join(folder, NAME)
+    if not os.path.exists(path):
+        return None
+    state = _read(path)
+    if "graph" not in state or "resume" not in state:
+        raise ResumeRefused(f"--resume: {path} records no graph fingerprint (written by an "
+                            "older trainer); choose another --checkpoint-dir to start afresh")
+    diff = differences(CheckpointInfo(state["graph"], state["resume"]), now)
+    if diff:
+        raise ResumeRefused(f"--resume: {path} belongs to another run: " + "; ".join(diff))
+    return len(state["history"])
+
+
+def _read(path: str) -> dict:
+    import torch
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # noqa: BLE001 - any unreadable checkpoint is refused alike
+        raise ResumeRefused(f"--resume: {path} is unreadable ({type(err).__name__}: {err})") \
+            from None
+
+
+def save_checkpoint(folder: str, model, optimizer, history: list[dict], config: dict,
+                    info: CheckpointInfo, best: bool) -> None:
+    """Write the state after epoch ``len(history) - 1``; also as ``best.pt`` when ``best``."""
+    import torch
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f".{NAME}.partial")
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "history": history, "config": config}, tmp)
+                "history": history, "config": config, "graph": info.graph,
+                "resume": info.options}, tmp)
     os.replace(tmp, os.path.join(folder, NAME))
+    if best:
+        tmp_best = os.path.join(folder, f".{BEST}.partial")
+        shutil.copyfile(os.path.join(folder, NAME), tmp_best)
+        os.replace(tmp_best, os.path.join(folder, BEST))
 
 
 def load_checkpoint(folder: str | None, model, optimizer) -> dict | None:
     """Restore model and optimizer from ``folder``; returns the checkpoint (its ``history``
-    says how many epochs are done), or None when there is none to resume from."""
+    says how many epochs are done), or None when there is none to resume from. Compatibility
+    was checked before the ranks started (:func:`check_resume`)."""
     path = os.path.join(folder, NAME) if folder else None
     if not path or not os.path.exists(path):
         log.warning("--resume: no checkpoint at %s; starting from epoch 0", path)
         return None
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = _read(path)
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as err:
@@ -40,3 +148,4 @@ def load_checkpoint(folder: str | None, model, optimizer) -> dict | None:
                          f"(--hidden, --fanouts, graph): {err}") from None
     optimizer.load_state_dict(state["optimizer"])
     return state
+

@@ -3,6 +3,11 @@
 Without ``RANK`` in the environment it launches one rank per part (``--ranks-per-part`` R: R per
 part) on this machine; under ``torchrun`` (or any launcher setting ``RANK``, ``WORLD_SIZE``,
 ``MASTER_ADDR``, ``MASTER_PORT``) it runs as that rank.
+
+Before anything starts, the options, ``--target``, the checkpoint folder (writable) and a
+``--resume`` (same graph, compatible options) are checked: exit 2 with a one-line message. Each
+rank then checks its part (``trainer.integrity_checks``) before importing torch: a damaged part
+exits 1 naming rank, part and file.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 import traceback
 import warnings
 
@@ -17,6 +23,10 @@ import click
 
 from formats.errors import FormatError
 from formats.partitioned import load_partitioned
+
+from .config import FAIL_MODES, TrainConfig, target_type
+
+log = logging.getLogger("trainer")
 
 
 def _ints(ctx, param, value):
@@ -28,7 +38,23 @@ def _ints(ctx, param, value):
         raise click.BadParameter(f"{value!r}: comma-separated integers, e.g. 15,10,5") from None
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"],
+class OneLineErrors(click.Command):
+    """Usage errors as one line ``Error: ...`` (exit 2), without click's usage block."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+             **extra):
+        try:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as err:
+            click.echo(f"Error: {err.format_message()}", err=True)
+            sys.exit(err.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+
+
+@click.command(cls=OneLineErrors,
+               context_settings={"help_option_names": ["-h", "--help"],
                                  "show_default": True, "max_content_width": 100})
 @click.option("--graph", required=True, type=click.Path(),
               help="graph.json written by `prep dispatch` (or its folder).")
@@ -64,7 +90,13 @@ def _ints(ctx, param, value):
                    "most, fetched once at start, up to this many MB (0 = off).")
 @click.option("--checkpoint-dir", default=None, type=click.Path(),
               help="Folder for the per-epoch checkpoint [default: checkpoints/<graph name>].")
-@click.option("--resume", is_flag=True, help="Continue from the checkpoint in --checkpoint-dir.")
+@click.option("--resume", is_flag=True,
+              help="Continue from the checkpoint in --checkpoint-dir (refused when it was made "
+                   "on another graph or with other model/optimizer options).")
+@click.option("--verify-data", is_flag=True,
+              help="Also check the full content hash of every file of each rank's part "
+                   "against graph.json (reads the whole part; sizes, structure and sampled "
+                   "hashes are always checked).")
 @click.option("--metrics-out", default=None, type=click.Path(),
               help="Write per-epoch metrics (accuracy, time breakdown, RPC bytes) as JSON here.")
 @click.option("--threads", default=0, help="torch threads per rank; 0 = this machine's cores "
@@ -72,8 +104,7 @@ def _ints(ctx, param, value):
 @click.option("--progress/--no-progress", default=True, help="Progress bar on rank 0.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every rank, not only rank 0.")
 @click.option("--fail-rank", default=None, type=int, hidden=True)
-@click.option("--fail-mode", default="raise", type=click.Choice(["raise", "kill", "hang"]),
-              hidden=True)
+@click.option("--fail-mode", default="raise", type=click.Choice(FAIL_MODES), hidden=True)
 @click.option("--fail-epoch", default=0, hidden=True)
 def main(graph, threads, verbose, **options):
     """Train GraphSAGE (node classification) on the parts made by `prep dispatch`: DDP for
@@ -89,24 +120,58 @@ def main(graph, threads, verbose, **options):
         meta = load_partitioned(graph)
     except FormatError as err:
         raise click.ClickException(str(err)) from None
-    from .train import TrainConfig
     cfg = TrainConfig(graph=graph, **options)
     if cfg.checkpoint_dir is None:
         cfg.checkpoint_dir = os.path.join("checkpoints", meta.graph_name)
     world = meta.num_parts * cfg.ranks_per_part
     try:
         cfg.check(meta.num_parts, int(os.environ.get("WORLD_SIZE", world)))
+        _check_checkpoint(cfg, meta, target_type(meta, cfg.target), rank)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     if rank is None:
         from .launch import launch_local
-        logging.getLogger("trainer").info("launching %d ranks: %d parts x %d", world,
-                                          meta.num_parts, cfg.ranks_per_part)
+        log.info("launching %d ranks: %d parts x %d", world, meta.num_parts, cfg.ranks_per_part)
         sys.exit(launch_local(sys.argv[1:], world))
-    _run_as_rank(cfg, threads)
+    _run_as_rank(cfg, meta, int(rank), threads)
 
 
-def _run_as_rank(cfg, threads: int) -> None:
+def _check_checkpoint(cfg, meta, target: str, rank: str | None) -> None:
+    """Before any epoch: the folder rank 0 writes is writable; a --resume matches this graph
+    and these options. Ranks of our launcher skip what it checked already."""
+    from .launch import LAUNCHER_ENV
+    if rank is not None and LAUNCHER_ENV in os.environ:
+        return
+    from .checkpoint import CheckpointInfo, check_resume, check_writable
+    if rank in (None, "0"):
+        check_writable(cfg.checkpoint_dir)
+    if cfg.resume:
+        done = check_resume(cfg.checkpoint_dir, CheckpointInfo.of(cfg, meta, target))
+        if done is not None and rank in (None, "0"):
+            log.info("resuming from %s: %d epochs done", cfg.checkpoint_dir, done)
+
+
+def _check_data(meta, p: int, rank: int, verify_data: bool) -> None:
+    """This rank's part, before torch loads (see trainer.integrity_checks); exit 1 naming
+    rank, part and file on failure."""
+    from .integrity_checks import check_part
+    start = time.perf_counter()
+    try:
+        report = check_part(meta, p, verify_data=verify_data)
+    except (FormatError, OSError) as err:
+        log.error("rank %d failed: part %d: damaged or inconsistent data: %s", rank, p, err)
+        sys.stderr.flush()
+        sys.exit(1)
+    for warning in report.warnings:
+        log.warning("rank %d: %s", rank, warning)
+    log.info("rank %d: part %d checked in %.2f s (sizes, structure, %s hashes)", rank, p,
+             time.perf_counter() - start, "full" if verify_data else "sampled")
+
+
+def _run_as_rank(cfg, meta, rank: int, threads: int) -> None:
+    from .launch import watch_launcher
+    watch_launcher(rank)
+    _check_data(meta, rank // cfg.ranks_per_part, rank, cfg.verify_data)
     import torch
 
     from .rendezvous import RankEnv
@@ -123,8 +188,7 @@ def _run_as_rank(cfg, threads: int) -> None:
         if "timeout" in str(err).lower():
             detail += (f"\nrank {env.rank}: a collective or RPC got no answer within "
                        f"--rpc-timeout {cfg.rpc_timeout:g} s: another rank is stuck or gone")
-        logging.getLogger("trainer").error("rank %d failed: %s: %s\n%s", env.rank,
-                                           type(err).__name__, err, detail)
+        log.error("rank %d failed: %s: %s\n%s", env.rank, type(err).__name__, err, detail)
         sys.stderr.flush()
         os._exit(1)  # skip RPC shutdown: it would wait for the ranks this one is leaving
     if env.rank == 0:

@@ -131,7 +131,7 @@ class DistNeighborSampler:
                 answers[self.p] = self.server.sample(requests[self.p])
         start = time.perf_counter()
         for q, fut in remote.items():
-            answers[q] = fut.wait()
+            answers[q] = self.transport.wait(q, fut)
         self.breakdown.add("sample_remote", time.perf_counter() - start)
         return self._merge(by_owner, answers)
 

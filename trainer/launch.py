@@ -1,53 +1,103 @@
-"""Local launch: one process per rank on this machine, watched until all end.
+"""Local launch: one process per rank on this machine, watched until all end; and the ranks'
+side of it, watching their launcher.
 
 Ranks get ``torchrun``'s environment variables (``MASTER_ADDR``, ``MASTER_PORT`` picked free
-now, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``) and run
-``python -m trainer`` with the same arguments. When a rank fails (non-zero exit or a signal) the
-others are ended at once and the launcher exits non-zero naming it.
+now, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``) plus ``GRAPHPREP_LAUNCHER_PID``
+and run ``python -m trainer`` with the same arguments.
+
+* When a rank fails (non-zero exit or a signal) the others are ended at once and the launcher
+  exits 1 naming it; a rank found stopped (SIGSTOP, state ``T``) is named as the one that
+  stopped answering, since the rank that failed usually just timed out waiting for it.
+* SIGTERM and SIGINT to the launcher are forwarded to every rank; ranks still alive after a
+  grace period are killed; the launcher exits 128 + the signal number.
+* A rank whose launcher dies (even by SIGKILL) exits within a second: the kernel sends it
+  SIGTERM (``PR_SET_PDEATHSIG``) and a thread watches its parent process id.
+
+No torch here: the launcher starts in a fraction of a second.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
-from .rendezvous import free_port
+import psutil
 
 log = logging.getLogger("trainer")
 
 GRACE_S = 5.0
+LAUNCHER_ENV = "GRAPHPREP_LAUNCHER_PID"
+PR_SET_PDEATHSIG = 1
+FORWARDED = (signal.SIGTERM, signal.SIGINT)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class _Forwarder:
+    """Signal handlers that pass SIGTERM/SIGINT on to the ranks and remember the signal."""
+
+    def __init__(self, procs: list[subprocess.Popen]):
+        self.procs, self.received = procs, None
+        self._previous = {}
+
+    def __enter__(self) -> "_Forwarder":
+        for signo in FORWARDED:
+            self._previous[signo] = signal.signal(signo, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signo, handler in self._previous.items():
+            signal.signal(signo, handler)
+
+    def _handle(self, signo, frame) -> None:
+        self.received = signo
+        for p in self.procs:
+            if p.returncode is None:  # no waitpid in a handler: the watch loop reaps
+                try:
+                    os.kill(p.pid, signo)
+                except ProcessLookupError:
+                    pass
 
 
 def launch_local(argv: list[str], world_size: int) -> int:
     """Run ``world_size`` ranks of ``python -m trainer argv``; returns the job's exit code."""
     port = free_port()
-    procs = []
-    for rank in range(world_size):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                   WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-                   LOCAL_WORLD_SIZE=str(world_size))
-        procs.append(subprocess.Popen([sys.executable, "-m", "trainer", *argv], env=env))
-    try:
-        return _watch(procs)
-    except KeyboardInterrupt:
-        log.error("interrupted: ending all ranks")
-        _end(procs)
-        return 130
+    procs: list[subprocess.Popen] = []
+    with _Forwarder(procs) as forwarder:  # before spawning: a signal meanwhile is not lost
+        for rank in range(world_size):
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+                       LOCAL_WORLD_SIZE=str(world_size), **{LAUNCHER_ENV: str(os.getpid())})
+            procs.append(subprocess.Popen([sys.executable, "-m", "trainer", *argv], env=env))
+            if forwarder.received:
+                break
+        return _watch(procs, forwarder)
 
 
-def _watch(procs: list[subprocess.Popen]) -> int:
+def _watch(procs: list[subprocess.Popen], forwarder: _Forwarder) -> int:
     while True:
+        if forwarder.received:
+            name = signal.Signals(forwarder.received).name
+            log.error("received %s: passed on to every rank; those left after %g s are "
+                      "killed", name, GRACE_S)
+            _end(procs, terminate=False)
+            return 128 + forwarder.received
         codes = [p.poll() for p in procs]
         failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
         if failed:  # all that failed since the last poll: a peer's death often fails others
-            for rank, code in failed:
-                why = f"killed by {signal.Signals(-code).name}" if code < 0 else \
-                    f"exit code {code}"
-                log.error("rank %d failed (%s)", rank, why)
+            _blame(procs, failed)
             log.error("ending the other ranks")
             _end(procs)
             return 1
@@ -56,10 +106,40 @@ def _watch(procs: list[subprocess.Popen]) -> int:
         time.sleep(0.1)
 
 
-def _end(procs: list[subprocess.Popen]) -> None:
+def _blame(procs: list[subprocess.Popen], failed: list[tuple[int, int]]) -> None:
+    """Log each failed rank, then any rank still alive but stopped: that one is the cause."""
+    for rank, code in failed:
+        why = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        log.error("rank %d failed (%s)", rank, why)
+    for rank, state in stopped_ranks(procs):
+        log.error("rank %d stopped answering (process stopped, state %s): the failures above "
+                  "are most likely ranks timing out waiting for it", rank, state)
+
+
+def stopped_ranks(procs: list[subprocess.Popen]) -> list[tuple[int, str]]:
+    """``(rank, state letter)`` of the live ranks the kernel reports stopped or traced."""
+    letters = {psutil.STATUS_STOPPED: "T", psutil.STATUS_TRACING_STOP: "t"}
+    out = []
+    for rank, p in enumerate(procs):
+        if p.poll() is not None:
+            continue
+        try:
+            status = psutil.Process(p.pid).status()
+        except psutil.Error:
+            continue
+        if status in letters:
+            out.append((rank, letters[status]))
+    return out
+
+
+def _end(procs: list[subprocess.Popen], terminate: bool = True) -> None:
+    """SIGTERM every live rank (unless it was just sent a signal; SIGCONT too, so a stopped
+    one acts on it), SIGKILL those left after the grace period."""
     for p in procs:
         if p.poll() is None:
-            p.terminate()
+            if terminate:
+                p.terminate()
+            p.send_signal(signal.SIGCONT)
     deadline = time.monotonic() + GRACE_S
     for p in procs:
         try:
@@ -67,3 +147,49 @@ def _end(procs: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def watch_launcher(rank: int, poll_s: float = 0.5) -> None:
+    """Make this rank exit when the process that launched it dies.
+
+    Under our launcher (``GRAPHPREP_LAUNCHER_PID``): ``PR_SET_PDEATHSIG`` (SIGTERM when the
+    launcher dies; it spawns ranks from its main thread, whose exit is what the kernel
+    watches) plus a thread polling the parent pid every ``poll_s``. Under torchrun
+    (``TORCHELASTIC_RUN_ID``) only the thread: the agent may spawn from a thread that ends
+    before it does, which would kill the rank early. Otherwise nothing is watched.
+    """
+    ours = os.environ.get(LAUNCHER_ENV)
+    if ours:
+        parent = int(ours)
+        _parent_death_signal(signal.SIGTERM)
+    elif "TORCHELASTIC_RUN_ID" in os.environ:
+        parent = os.getppid()
+    else:
+        return
+    if os.getppid() != parent:  # died before the death signal was armed
+        _orphaned(rank, parent)
+    threading.Thread(target=_poll_parent, args=(rank, parent, poll_s), daemon=True,
+                     name="launcher-watch").start()
+
+
+def _poll_parent(rank: int, parent: int, poll_s: float) -> None:
+    while os.getppid() == parent:
+        time.sleep(poll_s)
+    _orphaned(rank, parent)
+
+
+def _orphaned(rank: int, parent: int) -> None:
+    log.error("rank %d: its launcher (pid %d) is gone; exiting", rank, parent)
+    sys.stderr.flush()
+    os._exit(128 + signal.SIGTERM)  # no cleanup: RPC shutdown would wait for gone peers
+
+
+def _parent_death_signal(signo: int) -> None:
+    """Ask the kernel to send ``signo`` when the parent dies (Linux; elsewhere a no-op)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signo), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # the polling thread still covers it

@@ -15,6 +15,7 @@ from datetime import timedelta
 import torch.distributed as dist
 from torch.distributed import rpc
 
+from .launch import free_port  # torch-free home (the launcher needs it); used here too
 from .service import rank_name
 
 RPC_PORT_KEY = "graphprep/rpc_port"
@@ -42,13 +43,6 @@ class RankEnv:
         except KeyError as err:
             raise RuntimeError(f"environment variable {err.args[0]} is not set (run under "
                                "`python -m trainer` or torchrun)") from None
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def start(env: RankEnv, backend: str, timeout_s: float) -> None:

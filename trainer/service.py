@@ -76,6 +76,10 @@ def payload_bytes(obj) -> int:
     return 0
 
 
+class RequestFailed(RuntimeError):
+    """A request to another part's server failed or got no answer in time."""
+
+
 class Transport:
     """Delivers ``method(*args)`` to the server of ``part``; counts remote bytes."""
 
@@ -96,6 +100,22 @@ class Transport:
                 self.bytes_received += payload_bytes(done.value())
             return done.value()
         return fut.then(count)
+
+    def wait(self, part: int, fut: Future):
+        """The answer of a request sent to ``part``; a failure (e.g. an RPC timeout) is raised
+        as :class:`RequestFailed` naming where the request went."""
+        try:
+            return fut.wait()
+        except Exception as err:  # noqa: BLE001 - re-raised with the peer named
+            # torch wraps errors passed through Future.then (our byte counting) in a header
+            # and a stack listing: keep the original message
+            text = str(err).split("\n\nAt:")[0].replace(
+                "Got the following error when running the callback: ", "")
+            raise RequestFailed(f"request to {self.target(part)} failed: {text}") from err
+
+    def target(self, part: int) -> str:
+        """Who serves ``part``, in words."""
+        return f"part {part}"
 
     def take_counters(self) -> dict[str, int]:
         """RPC counters since the last call, reset."""
@@ -164,10 +184,16 @@ class RpcTransport(Transport):
         self.local_index = local_index
         self.timeout = timeout
 
+    def _rank(self, part: int) -> int:
+        return part * self.ranks_per_part + self.local_index
+
     def _send(self, part, method, args):
         from torch.distributed import rpc
-        target = rank_name(part * self.ranks_per_part + self.local_index)
-        return rpc.rpc_async(target, _rpc_entry, args=(method, *args), timeout=self.timeout)
+        return rpc.rpc_async(rank_name(self._rank(part)), _rpc_entry, args=(method, *args),
+                             timeout=self.timeout)
+
+    def target(self, part: int) -> str:
+        return f"rank {self._rank(part)} (part {part})"
 
 
 def rank_name(rank: int) -> str:

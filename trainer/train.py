@@ -14,7 +14,7 @@ import math
 import os
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed as dist
@@ -27,7 +27,8 @@ from formats.memory import peak_rss_bytes
 from formats.partitioned import load_partitioned
 
 from . import rendezvous
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import CheckpointInfo, load_checkpoint, save_checkpoint
+from .config import PLACEMENTS, TrainConfig, target_type  # noqa: F401  (re-exported)
 from .dist_sampler import DistNeighborSampler, mix_seed
 from .features import FeatureFetcher, HaloCache
 from .loader import NodeLoader, rank_seeds
@@ -37,69 +38,6 @@ from .service import PartServer, RpcTransport, serve
 from .timing import PHASES, Breakdown
 
 log = logging.getLogger("trainer")
-
-PLACEMENTS = ("cpu", "pinned", "cuda")
-
-
-@dataclass
-class TrainConfig:
-    """Everything a run depends on (the CLI's options)."""
-
-    graph: str
-    fanouts: list[int] = field(default_factory=lambda: [10, 10])
-    eval_fanouts: list[int] | None = None
-    batch_size: int = 512
-    eval_batch_size: int = 2048
-    epochs: int = 10
-    lr: float = 0.005
-    weight_decay: float = 5e-4
-    hidden: int = 128
-    dropout: float = 0.5
-    device: str = "cpu"
-    placement: str = "cpu"
-    ranks_per_part: int = 1
-    seed: int = 0
-    rpc_timeout: float = 30.0
-    prefetch: int = 2
-    cache_mb: float = 64.0
-    target: str | None = None
-    checkpoint_dir: str | None = None
-    resume: bool = False
-    metrics_out: str | None = None
-    progress: bool = True
-    fail_rank: int | None = None        # testing: make this rank fail ...
-    fail_mode: str = "raise"            # ... by raising, SIGKILL, or hanging (silent peer)
-    fail_epoch: int = 0
-
-    def check(self, num_parts: int, world_size: int) -> None:
-        """Raise ValueError naming the option that cannot work."""
-        if world_size != num_parts * self.ranks_per_part:
-            raise ValueError(f"world size {world_size} != {num_parts} parts x "
-                             f"--ranks-per-part {self.ranks_per_part}")
-        if self.placement not in PLACEMENTS:
-            raise ValueError(f"--placement must be one of {PLACEMENTS}")
-        if self.device.startswith("cuda") or self.placement != "cpu":
-            if not torch.cuda.is_available():
-                raise ValueError(f"--device {self.device} --placement {self.placement} needs "
-                                 "CUDA, and torch sees no GPU here")
-        if any(f == 0 or f < -1 for f in self.fanouts + (self.eval_fanouts or [])):
-            raise ValueError("fanouts are positive, or -1 for all neighbors")
-
-
-def target_type(graph, wanted: str | None) -> str:
-    """The node type to classify: ``wanted``, else the one type with label and train_mask."""
-    labeled = [t for t in graph.node_types
-               if {"label", "train_mask"} <= set(graph.node_feats.get(t, {}))]
-    if wanted:
-        if wanted not in labeled:
-            raise ValueError(f"--target {wanted}: not a node type with label and train_mask "
-                             f"(those are {labeled})")
-        return wanted
-    if len(labeled) != 1:
-        raise ValueError(f"node types with label and train_mask: {labeled}; pick one with "
-                         "--target")
-    return labeled[0]
-
 
 @dataclass
 class Rank:
@@ -191,6 +129,7 @@ def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
     history: list[dict] = state["history"] if state else []
     if state:
         log.info("resumed from %s after epoch %d", cfg.checkpoint_dir, len(history) - 1)
+    info = CheckpointInfo.of(cfg, rank.part.graph, rank.ntype)
     for epoch in range(len(history), cfg.epochs):
         torch.manual_seed(mix_seed(cfg.seed, epoch, env.rank))  # dropout: resumable exactly
         start = time.perf_counter()
@@ -206,13 +145,17 @@ def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
         if env.rank == 0:
             _report(record, history, cfg)
             if cfg.checkpoint_dir:
-                save_checkpoint(cfg.checkpoint_dir, model, optimizer, history, asdict(cfg))
+                save_checkpoint(cfg.checkpoint_dir, model, optimizer, history, asdict(cfg), info,
+                                best=summarize(history)["best_epoch"] == epoch)
     dist.barrier()
     rendezvous.stop()
     return summarize(history)
 
 
 def _num_classes(part: LocalPart, ntype: str) -> int:
+    """From graph.json (recorded at dispatch), else the largest label over all ranks + 1."""
+    if ntype in part.graph.num_classes:
+        return part.graph.num_classes[ntype]
     top = torch.tensor([int(part.node_data[ntype]["label"].max()) if
                         len(part.node_data[ntype]["label"]) else -1])
     dist.all_reduce(top, op=dist.ReduceOp.MAX)
@@ -242,11 +185,15 @@ def _train_epoch(rank: Rank, ddp, optimizer, loader: NodeLoader, epoch: int):
     with Join([ddp]):
         for i, batch in enumerate(loader.epoch(epoch)):
             if cfg.fail_rank == env.rank and epoch == cfg.fail_epoch and i == 0:
-                _inject_failure(cfg.fail_mode, env.rank)
+                batch = _inject_failure(cfg.fail_mode, env.rank, batch)
             batch = batch.to(device)
             with breakdown.clock("forward_backward"):
                 logits = ddp(batch.blocks, batch.x, batch.ntype)
                 loss = torch.nn.functional.cross_entropy(logits, batch.y)
+                if not torch.isfinite(loss.detach()):  # before the step spreads it to weights
+                    raise NonFiniteLoss(f"loss is {loss.item()} at epoch {epoch}, batch {i} "
+                                        f"(rank {env.rank}): training diverged or an input is "
+                                        "not finite; lower --lr or check the data")
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
@@ -258,11 +205,19 @@ def _train_epoch(rank: Rank, ddp, optimizer, loader: NodeLoader, epoch: int):
     return float(loss_sum), correct, seen
 
 
-def _inject_failure(mode: str, rank: int) -> None:
+class NonFiniteLoss(ValueError):
+    """The training loss became NaN or inf (a ValueError: reported without a traceback)."""
+
+
+def _inject_failure(mode: str, rank: int, batch):
+    """Testing (--fail-rank): SIGKILL, hang, NaN inputs (returns the poisoned batch), or raise."""
     if mode == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "hang":
         time.sleep(10**6)
+    if mode == "nan":
+        batch.x = {t: v * float("nan") for t, v in batch.x.items()}
+        return batch
     raise RuntimeError(f"injected failure on rank {rank} (--fail-rank)")
 
 

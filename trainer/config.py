@@ -1,0 +1,103 @@
+"""The trainer's configuration and its checks, without torch: the launcher validates options
+and data paths before any rank (or torch) starts, so a bad value costs a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+PLACEMENTS = ("cpu", "pinned", "cuda")
+FAIL_MODES = ("raise", "kill", "hang", "nan")
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run depends on (the CLI's options)."""
+
+    graph: str
+    fanouts: list[int] = field(default_factory=lambda: [10, 10])
+    eval_fanouts: list[int] | None = None
+    batch_size: int = 512
+    eval_batch_size: int = 2048
+    epochs: int = 10
+    lr: float = 0.005
+    weight_decay: float = 5e-4
+    hidden: int = 128
+    dropout: float = 0.5
+    device: str = "cpu"
+    placement: str = "cpu"
+    ranks_per_part: int = 1
+    seed: int = 0
+    rpc_timeout: float = 30.0
+    prefetch: int = 2
+    cache_mb: float = 64.0
+    target: str | None = None
+    checkpoint_dir: str | None = None
+    resume: bool = False
+    verify_data: bool = False
+    metrics_out: str | None = None
+    progress: bool = True
+    fail_rank: int | None = None        # testing: make this rank fail ...
+    fail_mode: str = "raise"            # ... by raising, SIGKILL, hanging, or NaN inputs
+    fail_epoch: int = 0
+
+    def check(self, num_parts: int, world_size: int) -> None:
+        """Raise ValueError naming the option that cannot work (one line)."""
+        self.check_values()
+        if world_size != num_parts * self.ranks_per_part:
+            raise ValueError(f"world size {world_size} != {num_parts} parts x "
+                             f"--ranks-per-part {self.ranks_per_part}")
+        if self.device.startswith("cuda") or self.placement != "cpu":
+            import torch  # only here: a CPU run validates without importing torch
+            if not torch.cuda.is_available():
+                raise ValueError(f"--device {self.device} --placement {self.placement} needs "
+                                 "CUDA, and torch sees no GPU here")
+
+    def check_values(self) -> None:
+        """Ranges of the numeric options (NaN fails every comparison, so it is refused)."""
+        rules = [("--batch-size", self.batch_size, self.batch_size >= 1, "at least 1"),
+                 ("--eval-batch-size", self.eval_batch_size, self.eval_batch_size >= 1,
+                  "at least 1"),
+                 ("--epochs", self.epochs, self.epochs >= 1, "at least 1"),
+                 ("--lr", self.lr, self.lr > 0 and math.isfinite(self.lr), "positive"),
+                 ("--weight-decay", self.weight_decay,
+                  self.weight_decay >= 0 and math.isfinite(self.weight_decay), ">= 0"),
+                 ("--hidden", self.hidden, self.hidden >= 1, "at least 1"),
+                 ("--dropout", self.dropout, 0 <= self.dropout < 1, "in [0, 1)"),
+                 ("--ranks-per-part", self.ranks_per_part, self.ranks_per_part >= 1,
+                  "at least 1"),
+                 ("--seed", self.seed, self.seed >= 0, ">= 0"),
+                 ("--rpc-timeout", self.rpc_timeout,
+                  self.rpc_timeout > 0 and math.isfinite(self.rpc_timeout), "positive"),
+                 ("--prefetch", self.prefetch, self.prefetch >= 0, ">= 0"),
+                 ("--cache-mb", self.cache_mb, self.cache_mb >= 0 and
+                  math.isfinite(self.cache_mb), ">= 0")]
+        for flag, value, ok, rule in rules:
+            if not ok:
+                raise ValueError(f"{flag} {value}: must be {rule}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"--placement must be one of {PLACEMENTS}")
+        if not self.fanouts:
+            raise ValueError("--fanouts: give at least one hop")
+        if any(f == 0 or f < -1 for f in self.fanouts + (self.eval_fanouts or [])):
+            raise ValueError("fanouts are positive, or -1 for all neighbors")
+        if self.eval_fanouts is not None and len(self.eval_fanouts) != len(self.fanouts):
+            raise ValueError(f"--eval-fanouts has {len(self.eval_fanouts)} hops, --fanouts "
+                             f"{len(self.fanouts)}: the model has one layer per hop")
+
+
+def target_type(graph, wanted: str | None) -> str:
+    """The node type to classify: ``wanted``, else the one type with label and train_mask.
+    Raises ValueError naming the candidates."""
+    labeled = [t for t in graph.node_types
+               if {"label", "train_mask"} <= set(graph.node_feats.get(t, {}))]
+    if wanted:
+        if wanted not in labeled:
+            raise ValueError(f"--target {wanted}: not a node type with label and train_mask "
+                             f"(those are {labeled})")
+        return wanted
+    if len(labeled) != 1:
+        raise ValueError(f"node types with label and train_mask: {labeled}; pick one with "
+                         "--target")
+    return labeled[0]

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from formats.output import write_array_chunk
-from pipeline.convert.sources import ChunkedArray
 from .plan import DispatchPlan, atomic_folder
 
 
@@ -34,16 +33,16 @@ def count_range(task: RangeTask) -> np.ndarray:
     return np.bincount(parts, minlength=task.plan.num_parts)
 
 
-def node_data_sources(plan: DispatchPlan, ntype: str) -> dict[str, ChunkedArray]:
-    return {name: ChunkedArray.of(plan.graph, files)
-            for name, files in plan.graph.node_data.get(ntype, {}).items()}
-
-
 def relabel_range(task: RangeTask) -> None:
+    """Write the range's slice of the old->new map and its per-part pieces (original IDs and
+    data rows). Holds the range's parts and data rows. Raises :class:`FormatError` on a NaN/inf
+    under ``plan.nan_policy`` "error" (named by chunk file, field and row)."""
     plan, t = task.plan, task.ntype
     final = plan.node_piece(t, task.k)
     if os.path.exists(final):
         return  # done by an earlier (interrupted) run
+    # Read (and checked) before anything is written: bad data fails the task first.
+    data = {name: f.read(task.start, task.stop) for name, f in plan.node_fields.get(t, {}).items()}
     parts = np.asarray(plan.assignment.parts_of(t)[task.start:task.stop]).astype(np.int64)
     order = np.argsort(parts, kind="stable")
     counts = np.bincount(parts, minlength=plan.num_parts)
@@ -54,8 +53,6 @@ def relabel_range(task: RangeTask) -> None:
     mapping = np.load(plan.map_path(t), mmap_mode="r+")
     mapping[task.start:task.stop] = new_ids
     mapping.flush()
-    data = {name: np.asarray(src.read(task.start, task.stop))
-            for name, src in node_data_sources(plan, t).items()}
     orig = np.arange(task.start, task.stop, dtype=np.int64)
     with atomic_folder(final) as tmp:
         for p in range(plan.num_parts):

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import EdgeType, read_edge_chunk
+from formats import EdgeType
 from formats.output import write_array_chunk
-from pipeline.convert.sources import ChunkedArray
+from formats.validate import read_checked_edges
 from .plan import DispatchPlan, atomic_folder
 
 
@@ -25,24 +25,32 @@ class BucketTask:
     plan: DispatchPlan
     etype: EdgeType
     k: int
-    path: str
+    path: str                                 # "" for the empty chunk of an edgeless type
     start: int
     stop: int
     dst_ranges: tuple[tuple[int, int], ...]   # node_map of the destination type
 
 
-def edge_data_sources(plan: DispatchPlan, et: EdgeType) -> dict[str, ChunkedArray]:
-    return {name: ChunkedArray.of(plan.graph, files)
-            for name, files in plan.graph.edge_data.get(et, {}).items()}
+def chunk_edges(task: BucketTask) -> tuple[np.ndarray, np.ndarray]:
+    """The chunk's ``(src, dst)``, checked: as many rows as the metadata declares, every ID in
+    ``[0, count)`` of its type (a min and a max per column). Raises :class:`FormatError` naming
+    the chunk file, the column and the row within the file."""
+    plan, et = task.plan, task.etype
+    if not task.path:  # the empty chunk of an edge type without edges
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return read_checked_edges(task.path, plan.graph.edges[et], rows=task.stop - task.start,
+                              num_src=plan.graph.num_nodes[et.src],
+                              num_dst=plan.graph.num_nodes[et.dst], etype=et)
 
 
 def bucket_edges(task: BucketTask) -> list[int]:
-    """Write the chunk's buckets; returns edges per part."""
+    """Write the chunk's buckets; returns edges per part. Holds the chunk and its edge data."""
     plan, et = task.plan, task.etype
     final = plan.edge_bucket(et, task.k)
     if os.path.exists(final):
         return list(np.load(os.path.join(final, "counts.npy")))
-    src, dst = read_edge_chunk(task.path, plan.graph.edges[et])
+    src, dst = chunk_edges(task)
+    # Checked before use as indices: a negative ID would silently index from the end.
     new_src = np.asarray(np.load(plan.map_path(et.src), mmap_mode="r")[src])
     new_dst = np.asarray(np.load(plan.map_path(et.dst), mmap_mode="r")[dst])
     starts = np.array([r[0] for r in task.dst_ranges])
@@ -52,8 +60,8 @@ def bucket_edges(task: BucketTask) -> list[int]:
     bounds = np.concatenate([[0], np.cumsum(counts)])
     eids = np.arange(task.start, task.stop, dtype=np.int64)
     rows = np.stack([new_dst, new_src, eids])[:, order]
-    data = {name: np.asarray(s.read(task.start, task.stop))[order]
-            for name, s in edge_data_sources(plan, et).items()}
+    data = {name: f.read(task.start, task.stop)[order]
+            for name, f in plan.edge_fields.get(et, {}).items()}
     with atomic_folder(final) as tmp:
         for p in range(plan.num_parts):
             sl = slice(bounds[p], bounds[p + 1])

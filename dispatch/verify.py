@@ -1,11 +1,18 @@
 """``prep verify``: the DESIGN §3 invariant, checked chunk by chunk.
 
-Phase 1, one task per part: map every edge back to original IDs (destination through the
-part's ``orig_ids``, source through the owner part's ``orig_ids``), check the CSC arrays and
-the halo list exactly, and bucket ``(edge ID, src, dst, part, row)`` by input edge chunk and
-``(node ID, part, row)`` by input node range. Phase 2, one task per input chunk or range: every
-ID exactly once, endpoints equal to the input, every feature/label/mask row equal.
+Phase 0, on the client: graph.json's ``node_feats``/``edge_feats`` against the input's fields
+(every chunk's header: dtype and row shape). Phase 1, one task per part: every file's ``.npy``
+header (present, complete, dtype and shape as graph.json and the partition book say), then map
+every edge back to original IDs (destination through the part's ``orig_ids``, source through
+the owner part's ``orig_ids``), check the CSC arrays and the halo list exactly, and bucket
+``(edge ID, src, dst, part, row)`` by input edge chunk and ``(node ID, part, row)`` by input
+node range. Phase 2, one task per input chunk or range: every ID exactly once, endpoints equal
+to the input, every feature/label/mask row equal.
 A task holds one part's arrays (phase 1) or one input chunk and its rows (phase 2).
+
+A task never raises: a difference or a damaged part file comes back as a message (raised on
+the client as :class:`VerifyError`, exit 1, naming part, file, type and ID where known), bad
+input as the :class:`FormatError` itself (exit 2).
 """
 
 from __future__ import annotations
@@ -16,28 +23,44 @@ import tempfile
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib import format as npformat
 
-from formats import ChunkedGraph, EdgeType, load_chunked_graph, read_edge_chunk
-from formats.npyio import npy_shape, read_rows
+from formats import ChunkedGraph, EdgeType, FormatError, load_chunked_graph
+from formats.npyio import read_rows
 from formats.output import write_array_chunk
 from formats.partitioned import PartitionedGraph, load_partitioned
+from formats.validate import read_checked_edges
 from pipeline.arrayops import unique_ints
 from pipeline.cluster import ClusterOptions, TaskRunner, dask_client
-from .relabel import node_data_sources
-from .shuffle import edge_data_sources
-from .plan import RANGE_SIZE, DispatchPlan
+from .plan import RANGE_SIZE, data_fields
 
 
 class VerifyError(Exception):
     """The partitioned graph differs from its input; the message names part, type and ID."""
 
 
+class DamagedFile(Exception):
+    """A part file that cannot be what graph.json says: missing, truncated, wrong header."""
+
+    def __init__(self, p: int, path: str, what: str, where: str = ""):
+        self.p, self.path, self.what, self.where = p, path, what, where
+        super().__init__(f"part {p}{', ' + where if where else ''}: {path}: {what}")
+
+    def __reduce__(self):
+        return (DamagedFile, (self.p, self.path, self.what, self.where))
+
+
 @dataclass(frozen=True)
 class VerifyPlan:
+    """What every verify task needs (pickled into each: metadata only); the input's data
+    fields were opened once on the client (every chunk's header checked)."""
+
     graph: ChunkedGraph
     parts: PartitionedGraph
     work: str
     range_size: int = RANGE_SIZE
+    node_fields: dict | None = None     # {ntype: {name: DataField}} of the input
+    edge_fields: dict | None = None     # {etype: {name: DataField}}
 
     def node_ranges(self, t: str) -> np.ndarray:
         return np.arange(0, self.graph.num_nodes[t], self.range_size)
@@ -46,7 +69,24 @@ class VerifyPlan:
         return np.cumsum((0,) + self.graph.edge_chunks[et])[:-1]
 
     def load(self, p: int, *rel: str) -> np.ndarray:
-        return np.load(self.parts.part_path(p, *rel), mmap_mode="r")
+        """A part's ``.npy`` memory-mapped; a missing or damaged file is :class:`DamagedFile`."""
+        path = self.parts.part_path(p, *rel)
+        try:
+            return np.load(path, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            raise DamagedFile(p, path, "file is missing") from None
+        except (ValueError, OSError, EOFError) as err:
+            raise DamagedFile(p, path, f"unreadable or truncated .npy ({err})") from None
+
+    def rows(self, p: int, rel: tuple[str, ...], start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` of a part's ``.npy`` (read, not mapped)."""
+        path = self.parts.part_path(p, *rel)
+        try:
+            return read_rows(path, start, stop)
+        except FileNotFoundError:
+            raise DamagedFile(p, path, "file is missing") from None
+        except (ValueError, OSError, EOFError) as err:
+            raise DamagedFile(p, path, f"unreadable or truncated .npy ({err})") from None
 
 
 def _fail(p, kind, name, orig_id, what) -> str:
@@ -54,24 +94,141 @@ def _fail(p, kind, name, orig_id, what) -> str:
     return f"{where}, original ID {orig_id}: {what}"
 
 
+# ------------------------------------------------------------------ file headers (phase 1)
+
+def npy_header(p: int, path: str) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of a part's ``.npy`` from its header, after checking the file holds all
+    the bytes the header announces (a truncated file fails here, not deep inside a task).
+    Reads the header only. Raises :class:`DamagedFile`."""
+    try:
+        with open(path, "rb") as f:
+            version = npformat.read_magic(f)
+            read = npformat.read_array_header_1_0 if version == (1, 0) else \
+                npformat.read_array_header_2_0
+            shape, fortran, dtype = read(f)
+            offset = f.tell()
+    except FileNotFoundError:
+        raise DamagedFile(p, path, "file is missing") from None
+    except (ValueError, OSError, EOFError) as err:
+        raise DamagedFile(p, path, f"not a readable .npy file ({err})") from None
+    if fortran or dtype.hasobject:
+        raise DamagedFile(p, path, "Fortran-ordered or object .npy: not what dispatch writes")
+    expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    found = os.path.getsize(path)
+    if found != expected:
+        raise DamagedFile(p, path, f"{found} bytes, its header announces {expected} "
+                                   f"({dtype}{list(shape)}): truncated or padded")
+    return tuple(shape), dtype
+
+
+def _expect(p: int, path: str, rows: int, dtypes: tuple[str, ...],
+            row_shape: tuple[int, ...] = (), why: str = "") -> None:
+    """The header of ``path`` says ``rows`` rows of one of ``dtypes`` with ``row_shape``;
+    ``why`` says where graph.json sets that (named in the error)."""
+    shape, dtype = npy_header(p, path)
+    if str(dtype) not in dtypes or tuple(shape[1:]) != tuple(row_shape) or not shape or \
+            shape[0] != rows:
+        want = "/".join(dtypes) + f"{[rows, *row_shape]}"
+        raise DamagedFile(p, path, f"holds {dtype}{list(shape)}, expected {want}"
+                                   + (f" ({why})" if why else ""))
+
+
+def check_headers(plan: VerifyPlan, p: int) -> None:
+    """Every file of part ``p`` exists, is complete and has the dtype and shape that
+    graph.json (partition book, node_feats, edge_feats) implies. Raises DamagedFile naming
+    the part, the node or edge type and the file. Reads headers only."""
+    for kind, owner, check in ([("node", t, _node_headers) for t in plan.graph.node_types] +
+                               [("edge", et, _edge_headers) for et in plan.graph.edge_types]):
+        try:
+            check(plan, p, owner)
+        except DamagedFile as err:
+            raise DamagedFile(err.p, err.path, err.what, f"{kind} type {owner}") from None
+
+
+def _node_headers(plan: VerifyPlan, p: int, t: str) -> None:
+    pg = plan.parts
+    start, end = pg.node_map[t][p]
+    rows = f"rows: node_map [{start}, {end})"
+    _expect(p, pg.part_path(p, "nodes", t, "orig_ids.npy"), end - start, ("int64",), (), rows)
+    shape, dtype = npy_header(p, pg.part_path(p, "nodes", t, "halo_ids.npy"))
+    if str(dtype) != "int64" or len(shape) != 1:
+        raise DamagedFile(p, pg.part_path(p, "nodes", t, "halo_ids.npy"),
+                          f"holds {dtype}{list(shape)}, expected int64[n]")
+    for name, spec in pg.node_feats.get(t, {}).items():
+        _expect(p, pg.part_path(p, "node_feats", t, f"{name}.npy"), end - start,
+                (spec["dtype"],), tuple(spec["shape"]), f"{rows}; node_feats")
+
+
+def _edge_headers(plan: VerifyPlan, p: int, et: EdgeType) -> None:
+    pg = plan.parts
+    d0, d1 = pg.node_map[et.dst][p]
+    e0, e1 = pg.edge_map[et][p]
+    base = ("edges", et.dirname)
+    rows = f"rows: edge_map [{e0}, {e1})"
+    _expect(p, pg.part_path(p, *base, "indptr.npy"), d1 - d0 + 1, ("int64",), (),
+            f"rows: node_map [{d0}, {d1}) of {et.dst} + 1")
+    _expect(p, pg.part_path(p, *base, "indices.npy"), e1 - e0, ("int32", "int64"), (), rows)
+    _expect(p, pg.part_path(p, *base, "orig_ids.npy"), e1 - e0, ("int64",), (), rows)
+    for name, spec in pg.edge_feats.get(et, {}).items():
+        _expect(p, pg.part_path(p, "edge_feats", et.dirname, f"{name}.npy"), e1 - e0,
+                (spec["dtype"],), tuple(spec["shape"]), f"{rows}; edge_feats")
+
+
+def check_feature_specs(plan: VerifyPlan) -> str | None:
+    """graph.json's ``node_feats``/``edge_feats``: exactly the input's fields, each with the
+    dtype and row shape of the input's chunks. Returns the first difference or None."""
+    pg = plan.parts
+    sections = [("node_feats", "node", t, pg.node_feats.get(t, {}), plan.node_fields.get(t, {}))
+                for t in plan.graph.node_types]
+    sections += [("edge_feats", "edge", et, pg.edge_feats.get(et, {}),
+                  plan.edge_fields.get(et, {})) for et in plan.graph.edge_types]
+    for key, kind, owner, listed, fields in sections:
+        where = f"graph.json {key} of {kind} type {owner}"
+        if set(listed) != set(fields):
+            return (f"{where}: fields {sorted(listed)}, the input has {sorted(fields)}")
+        for name, f in fields.items():
+            spec = listed[name]
+            if not isinstance(spec, dict) or spec.get("dtype") != f.spec.dtype or \
+                    tuple(spec.get("shape", ())) != f.spec.row_shape:
+                return (f"{where}: '{name}' is {spec}, the input's chunks hold "
+                        f"{f.spec.describe()} ({f.spec.first_file})")
+    return None
+
+
+# ------------------------------------------------------------------ phase 1
+
 def check_part(task: tuple[VerifyPlan, int]) -> str | None:
-    """Phase 1 for part ``p``: structural checks and buckets. Returns a mismatch or None."""
+    """Phase 1 for part ``p``: headers, structural checks and buckets. Returns a mismatch or
+    None; never raises (a damaged file, even another part's, is named in the message)."""
     plan, p = task
+    try:
+        check_headers(plan, p)
+        return _check_part(plan, p)
+    except DamagedFile as err:
+        return str(err)
+    except Exception as err:  # noqa: BLE001 - whatever a damaged part makes numpy raise
+        return f"part {p}: its files cannot be read as dispatch wrote them " \
+               f"({type(err).__name__}: {err})"
+
+
+def _check_part(plan: VerifyPlan, p: int) -> str | None:
     g, pg = plan.graph, plan.parts
     orig = {t: np.asarray(plan.load(p, "nodes", t, "orig_ids.npy")) for t in g.node_types}
     halo = {t: np.asarray(plan.load(p, "nodes", t, "halo_ids.npy")) for t in g.node_types}
     referenced = {t: np.zeros(len(halo[t]), bool) for t in g.node_types}
     for t in g.node_types:
         start, end = pg.node_map[t][p]
-        if len(orig[t]) != end - start:
-            return _fail(p, "node", t, "-", f"{len(orig[t])} orig_ids for node_map range "
-                                            f"[{start}, {end})")
+        o = orig[t]
+        if len(o) and (o.min() < 0 or o.max() >= g.num_nodes[t]):
+            bad = int(np.flatnonzero((o < 0) | (o >= g.num_nodes[t]))[0])
+            return _fail(p, "node", t, int(o[bad]), f"orig_ids row {bad} is outside "
+                                                    f"[0, {g.num_nodes[t]})")
         h = halo[t]
         if len(h) and ((np.diff(h) <= 0).any() or ((h >= start) & (h < end)).any()
                        or h.min() < 0 or h.max() >= g.num_nodes[t]):
             return _fail(p, "node", t, "-", "halo_ids not sorted, unique, outside the part's "
                                             "range and inside the type")
-        _bucket_nodes(plan, t, p, orig[t])
+        _bucket_nodes(plan, t, p, o)
     for et in g.edge_types:
         problem = _check_edges(plan, et, p, orig, halo, referenced)
         if problem:
@@ -87,28 +244,28 @@ def check_part(task: tuple[VerifyPlan, int]) -> str | None:
 def _check_edges(plan: VerifyPlan, et: EdgeType, p: int, orig, halo, referenced) -> str | None:
     """CSC checks and edge buckets of one type of part ``p``, one slice of destinations at a
     time (the part's edge arrays stay memory-mapped)."""
-    pg = plan.parts
+    g, pg = plan.graph, plan.parts
     base = ("edges", et.dirname)
     indptr = np.asarray(plan.load(p, *base, "indptr.npy"))
-    indices_path = pg.part_path(p, *base, "indices.npy")
-    eids_path = pg.part_path(p, *base, "orig_ids.npy")
-    n_idx, n_eid = npy_shape(indices_path)[0][0], npy_shape(eids_path)[0][0]
     d0, d1 = pg.node_map[et.dst][p]
     s0, s1 = pg.node_map[et.src][p]
     e0, e1 = pg.edge_map[et][p]
     owned, limit = s1 - s0, (s1 - s0) + len(halo[et.src])
-    if (len(indptr) != d1 - d0 + 1 or indptr[0] != 0 or (np.diff(indptr) < 0).any()
-            or indptr[-1] != n_idx or n_eid != n_idx or n_idx != e1 - e0):
+    if indptr[0] != 0 or (np.diff(indptr) < 0).any() or indptr[-1] != e1 - e0:
         return _fail(p, "edge", et, "-", "indptr/indices/orig_ids inconsistent with edge_map")
     for j, a in enumerate(range(0, d1 - d0, plan.range_size)):
         b = min(a + plan.range_size, d1 - d0)
         lo, hi = int(indptr[a]), int(indptr[b])
-        indices = read_rows(indices_path, lo, hi).astype(np.int64)
-        eids = read_rows(eids_path, lo, hi)
+        indices = plan.rows(p, (*base, "indices.npy"), lo, hi).astype(np.int64)
+        eids = plan.rows(p, (*base, "orig_ids.npy"), lo, hi)
         bad = (indices < 0) | (indices >= limit)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             return _fail(p, "edge", et, int(eids[i]), f"source index {indices[i]} out of range")
+        if len(eids) and (eids.min() < 0 or eids.max() >= g.num_edges[et]):
+            i = int(np.flatnonzero((eids < 0) | (eids >= g.num_edges[et]))[0])
+            return _fail(p, "edge", et, int(eids[i]), f"orig_ids row {lo + i} is outside "
+                                                      f"[0, {g.num_edges[et]})")
         dst_orig = np.repeat(orig[et.dst][a:b], np.diff(indptr[a:b + 1]))
         is_halo = indices >= owned
         src_orig = np.empty(len(indices), np.int64)
@@ -126,8 +283,12 @@ def _orig_of(plan: VerifyPlan, t: str, new_ids: np.ndarray) -> np.ndarray:
     owners = plan.parts.owner(t, new_ids)
     for q in unique_ints(owners):
         sel = owners == q
-        out[sel] = np.asarray(plan.load(int(q), "nodes", t, "orig_ids.npy"))[
-            new_ids[sel] - plan.parts.node_map[t][q][0]]
+        ids = plan.load(int(q), "nodes", t, "orig_ids.npy")
+        local = new_ids[sel] - plan.parts.node_map[t][q][0]
+        if len(local) and local.max() >= len(ids):  # the owner's file is shorter than its range
+            raise DamagedFile(int(q), plan.parts.part_path(int(q), "nodes", t, "orig_ids.npy"),
+                              f"{len(ids)} rows, shorter than its node_map range")
+        out[sel] = np.asarray(ids)[local]
     return out
 
 
@@ -148,6 +309,8 @@ def _bucket_edges(plan, et, tag, eids, src, dst, p, first_row):
                                        f"{tag}.npy"), rows[:, k == c])
 
 
+# ------------------------------------------------------------------ phase 2
+
 def _gather(folder: str, width: int) -> np.ndarray:
     if not os.path.isdir(folder):
         return np.empty((width, 0), np.int64)
@@ -166,7 +329,28 @@ def _exactly_once(ids: np.ndarray, start: int, stop: int) -> str | None:
     return f"{int(dup[0])}: appears more than once" if len(dup) else "unexpected IDs"
 
 
-def check_edge_chunk(task) -> str | None:
+class _Guarded:
+    """Phase 2 task wrapper: bad input comes back as its FormatError (exit 2), a damaged part
+    file or anything else as a message (exit 1); nothing is raised inside the task (a picklable
+    class, not a closure, so Dask ships it by reference)."""
+
+    def __init__(self, check):
+        self.check, self.__name__ = check, check.__name__.lstrip("_")
+
+    def __call__(self, task):
+        try:
+            return self.check(task)
+        except FormatError as err:
+            return err
+        except DamagedFile as err:
+            return str(err)
+        except Exception as err:  # noqa: BLE001 - named, with the input piece it was checking
+            what = f"edge type {task[1]}, input chunk {task[3]}" if len(task) == 6 else \
+                f"node type {task[1]}, nodes [{task[2]}, {task[3]})"
+            return f"{what}: cannot be compared with the parts ({type(err).__name__}: {err})"
+
+
+def _check_edge_chunk(task) -> str | None:
     plan, et, k, path, start, stop = task
     rows = _gather(os.path.join(plan.work, "edges", et.dirname, f"c{k:05d}"), 5)
     rows = rows[:, np.argsort(rows[0], kind="stable")]
@@ -174,24 +358,24 @@ def check_edge_chunk(task) -> str | None:
     if problem:
         oid, what = problem.split(": ", 1)
         return _fail(None, "edge", et, oid, what)
-    src, dst = read_edge_chunk(path, plan.graph.edges[et])
+    src, dst = read_checked_edges(path, plan.graph.edges[et], rows=stop - start,
+                                  num_src=plan.graph.num_nodes[et.src],
+                                  num_dst=plan.graph.num_nodes[et.dst], etype=et)
     bad = (rows[1] != src) | (rows[2] != dst)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         return _fail(int(rows[3, i]), "edge", et, start + i,
                      f"endpoints ({rows[1, i]}, {rows[2, i]}) but input has ({src[i]}, {dst[i]})")
-    dplan = DispatchPlan(plan.graph, None, "")
-    for name, source in edge_data_sources(dplan, et).items():
-        expect = np.asarray(source.read(start, stop))
+    for name, source in plan.edge_fields.get(et, {}).items():
+        expect = source.read(start, stop)
         got = _rows(plan, rows[3], rows[4], ("edge_feats", et.dirname, f"{name}.npy"), expect)
-        msg = _compare(got, expect)
-        if msg is not None:
-            i = msg
+        i = _compare(got, expect)
+        if i is not None:
             return _fail(int(rows[3, i]), "edge", et, start + i, f"edge data '{name}' differs")
     return None
 
 
-def check_node_range(task) -> str | None:
+def _check_node_range(task) -> str | None:
     plan, t, start, stop = task
     k = int(start // plan.range_size)
     rows = _gather(os.path.join(plan.work, "nodes", t, f"r{k:05d}"), 3)
@@ -200,15 +384,18 @@ def check_node_range(task) -> str | None:
     if problem:
         oid, what = problem.split(": ", 1)
         return _fail(None, "node", t, oid, what)
-    dplan = DispatchPlan(plan.graph, None, "")
-    for name, source in node_data_sources(dplan, t).items():
-        expect = np.asarray(source.read(start, stop))
+    for name, source in plan.node_fields.get(t, {}).items():
+        expect = source.read(start, stop)
         got = _rows(plan, rows[1], rows[2], ("node_feats", t, f"{name}.npy"), expect)
         i = _compare(got, expect)
         if i is not None:
             return _fail(int(rows[1, i]), "node", t, start + i,
                          f"node data '{name}' differs from the input row")
     return None
+
+
+check_edge_chunk = _Guarded(_check_edge_chunk)
+check_node_range = _Guarded(_check_node_range)
 
 
 def _rows(plan, parts, rows, rel, like) -> np.ndarray:
@@ -227,30 +414,42 @@ def _compare(got: np.ndarray, expect: np.ndarray) -> int | None:
     return None if eq.all() else int(np.flatnonzero(~eq)[0])
 
 
-def run_verify(chunked: str, partitioned: str, cluster: ClusterOptions) -> dict:
+def _raise_first(results: list) -> None:
+    """Raise the first problem of a phase: a FormatError as is, a message as VerifyError."""
+    for problem in results:
+        if isinstance(problem, FormatError):
+            raise problem
+        if problem:
+            raise VerifyError(problem)
+
+
+def run_verify(chunked: str, partitioned: str, cluster: ClusterOptions,
+               nan_policy: str = "error") -> dict:
     """Check ``partitioned`` against ``chunked``; raises :class:`VerifyError` on the first
-    mismatch, returns counts checked."""
+    mismatch or damaged part file, :class:`FormatError` on bad input (``nan_policy`` applies
+    to the input's float data as it is read); returns counts checked."""
     graph = load_chunked_graph(chunked)
     parts = load_partitioned(partitioned)
     if parts.num_nodes != graph.num_nodes or parts.num_edges != graph.num_edges:
         raise VerifyError("node or edge counts in graph.json differ from the input")
+    node_fields, edge_fields = data_fields(graph, nan_policy)   # every chunk's header checked
     work = tempfile.mkdtemp(prefix="graphprep-verify-")
     try:
-        plan = VerifyPlan(graph, parts, work)
+        plan = VerifyPlan(graph, parts, work, node_fields=node_fields, edge_fields=edge_fields)
+        _raise_first([check_feature_specs(plan)])
         with dask_client(cluster) as client:
             run = TaskRunner(client, cluster.progress)
-            problems = run(check_part, [(plan, p) for p in range(parts.num_parts)], "verify parts")
-            problems += run(check_edge_chunk, [
+            # Phase 2 reads what phase 1 vouched for: a damaged part stops the run here.
+            _raise_first(run(check_part, [(plan, p) for p in range(parts.num_parts)],
+                             "verify parts"))
+            _raise_first(run(check_edge_chunk, [
                 (plan, et, k, graph.path(f), int(s), int(s) + n)
                 for et in graph.edge_types
                 for k, (f, s, n) in enumerate(zip(graph.edges[et].files, plan.edge_starts(et),
-                                                  graph.edge_chunks[et]))], "verify edges")
-            problems += run(check_node_range, [
+                                                  graph.edge_chunks[et]))], "verify edges"))
+            _raise_first(run(check_node_range, [
                 (plan, t, int(s), int(min(s + plan.range_size, graph.num_nodes[t])))
-                for t in graph.node_types for s in plan.node_ranges(t)], "verify nodes")
+                for t in graph.node_types for s in plan.node_ranges(t)], "verify nodes"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    first = next((m for m in problems if m), None)
-    if first:
-        raise VerifyError(first)
     return {"edges": sum(graph.num_edges.values()), "nodes": sum(graph.num_nodes.values())}

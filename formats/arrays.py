@@ -62,19 +62,39 @@ def _int_column(column: pa.ChunkedArray, path: str, name: str) -> np.ndarray:
         raise FormatError("missing value", file=path, field=name, row=row)
     if not pa.types.is_integer(column.type):
         raise FormatError(f"node IDs must be integers, found {column.type}", file=path, field=name)
-    return column.to_numpy().astype(np.int64, copy=False)
+    return _as_int64(column.to_numpy(), path, name)
+
+
+# Unsigned or float IDs at or above this do not fit int64 (casting would wrap them negative).
+_INT64_LIMIT = 2**63
 
 
 def _as_int64(values: np.ndarray, path: str, name: str) -> np.ndarray:
-    if values.dtype.kind in "iu":
+    """Node IDs of any numeric dtype as int64; a value that is not an integer or does not fit
+    int64 is a :class:`FormatError` naming its row. Signed input costs nothing; unsigned and
+    float input one max (and the float checks) before the cast."""
+    if values.dtype.kind == "i":
+        return values.astype(np.int64, copy=False)
+    if values.dtype.kind == "u":
+        if len(values) and int(values.max()) >= _INT64_LIMIT:
+            _too_large(values, values >= np.uint64(_INT64_LIMIT), path, name)
         return values.astype(np.int64, copy=False)
     if values.dtype.kind == "f":
         bad = ~np.isfinite(values) | (values != np.round(values))
         if bad.any():
             raise FormatError(f"node ID {values[bad][0]!r} is not an integer", file=path,
                               field=name, row=int(np.flatnonzero(bad)[0]))
+        if len(values) and values.max() >= _INT64_LIMIT:
+            _too_large(values, values >= _INT64_LIMIT, path, name)
         return values.astype(np.int64)
     raise FormatError(f"node IDs must be integers, found {values.dtype}", file=path, field=name)
+
+
+def _too_large(values: np.ndarray, bad: np.ndarray, path: str, name: str):
+    row = int(np.flatnonzero(bad)[0])
+    value = int(values[row].item())  # floats here are whole numbers (checked before)
+    raise FormatError(f"node ID {value} is too large (IDs must be below 2^63-1)", file=path,
+                      field=name, row=row)
 
 
 def read_array_chunk(path: str, files: ChunkFiles, *, mmap: bool = True) -> np.ndarray:

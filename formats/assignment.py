@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .errors import FormatError
-from .schema import ChunkedGraph
+from .schema import ChunkedGraph, check_version
 
 META = "partition_meta.json"
 ASSIGNMENT_VERSION = 1
@@ -55,7 +55,11 @@ class Assignment:
         """Partition id of every node of ``ntype`` (int32; memory-mapped when ``.npy``)."""
         path = self.path(ntype)
         if path.endswith(".npy"):
-            return np.load(path, mmap_mode="r")
+            try:
+                return np.load(path, mmap_mode="r", allow_pickle=False)
+            except (ValueError, OSError, EOFError) as err:  # truncated or not a .npy
+                raise FormatError(f"unreadable or truncated .npy file ({err})",
+                                  file=path) from None
         return read_dgl_txt(path)
 
 
@@ -89,10 +93,13 @@ def load_assignment(root: str, graph: ChunkedGraph | None = None) -> Assignment:
         raw = json.loads(open(meta_path).read())
     except json.JSONDecodeError as err:
         raise FormatError(f"invalid JSON: {err.msg} (line {err.lineno})", file=meta_path) from None
+    if not isinstance(raw, dict):
+        raise FormatError("top level must be a JSON object", file=meta_path)
+    check_version(raw, ASSIGNMENT_VERSION, meta_path)
     for key in ("num_parts", "algo_name"):
         if key not in raw:
             raise FormatError("required field is missing", file=meta_path, field=key)
-    if not isinstance(raw["num_parts"], int) or raw["num_parts"] < 1:
+    if type(raw["num_parts"]) is not int or raw["num_parts"] < 1:
         raise FormatError("must be a positive integer", file=meta_path, field="num_parts")
     known = AssignmentMeta.__dataclass_fields__
     meta = AssignmentMeta(**{k: v for k, v in raw.items() if k in known})

@@ -120,6 +120,17 @@ def even_chunks(total: int, chunk_size: int) -> tuple[int, ...]:
 
 # ---------------------------------------------------------------- the validating loader
 
+def check_version(meta: dict, supported: int, file: str) -> int:
+    """``meta["format_version"]`` (absent: ``supported``, as in DGL's files) when it is the
+    version this graphprep reads; else a :class:`FormatError` naming ``file`` and the field.
+    A bool or a string "1" is refused too: a writer that puts one there is not ours."""
+    version = meta.get("format_version", supported)
+    if type(version) is not int or version != supported:
+        raise FormatError(f"unsupported format_version {version!r} (this graphprep reads "
+                          f"{supported})", file=file, field="format_version")
+    return version
+
+
 def load_chunked_graph(root: str, *, check_files: bool = True) -> ChunkedGraph:
     """Read and check ``root/metadata.json`` (graphprep's or DGL's chunked format).
 
@@ -176,10 +187,7 @@ class _Loader:
             seen.add(name)
 
     def build(self, root: str) -> ChunkedGraph:
-        version = self.meta.get("format_version", FORMAT_VERSION)
-        if version != FORMAT_VERSION:
-            self.fail(f"unsupported format_version {version!r} (this graphprep reads "
-                      f"{FORMAT_VERSION})", "format_version")
+        version = check_version(self.meta, FORMAT_VERSION, self.file)
         node_types = self.require("node_type", list)
         self.unique_names(node_types, "node_type")
         num_nodes, node_chunks = self.node_counts(node_types)

@@ -65,7 +65,7 @@ class SynthSpec:
         if sum(self.split) > 1 + 1e-9 or min(self.split) < 0:
             raise ValueError("split fractions must be >= 0 and sum to at most 1")
         if min(self.node_counts().values()) < 2 * self.num_classes:
-            raise ValueError(f"every node type needs >= 2 * num_classes nodes; raise --nodes")
+            raise ValueError("every node type needs >= 2 * num_classes nodes; raise --nodes")
 
     @property
     def node_types(self) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ read back memory-mapped by the chunk tasks, so workers never receive whole array
 from __future__ import annotations
 
 import os
+import zipfile
 
 import numpy as np
 
@@ -48,6 +49,17 @@ def split_edge_index(path: str, edge_index: np.ndarray, staging: str, key: str):
     return stage(staging, f"{key}.src", ei[0]), stage(staging, f"{key}.dst", ei[1])
 
 
+def _checked_member(npz, path: str):
+    """``npz[key]``, a damaged member (bad CRC, cut short) as :class:`FormatError`."""
+    def load(key: str):
+        try:
+            return npz[key]
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+            raise FormatError(f"array {key!r} unreadable ({err})", file=path,
+                              field=key) from None
+    return load
+
+
 def from_numpy(path: str, staging: str, chunk_size: int, num_nodes: int | None,
                name: str | None) -> SourceGraph:
     """A ``.npz`` or a folder of ``.npy``: ``edge_index`` (or ``src`` + ``dst``), edge data as
@@ -55,11 +67,15 @@ def from_numpy(path: str, staging: str, chunk_size: int, num_nodes: int | None,
     if os.path.isdir(path):
         arrays = {os.path.splitext(f)[0]: os.path.join(path, f)
                   for f in sorted(os.listdir(path)) if f.endswith(".npy")}
-        load = lambda k: np.load(arrays[k], mmap_mode="r", allow_pickle=False)  # noqa: E731
+        load = lambda k: NpyArray.open(arrays[k]).mapped()  # noqa: E731 (errors name the file)
         keys = list(arrays)
     else:
-        npz = np.load(path, allow_pickle=False)
-        load, keys = npz.__getitem__, list(npz.files)
+        try:
+            npz = np.load(path, allow_pickle=False)
+            keys = list(npz.files)
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:  # truncated archive
+            raise FormatError(f"unreadable or truncated NumPy file ({err})", file=path) from None
+        load = _checked_member(npz, path)
     if "edge_index" in keys:
         src, dst = split_edge_index(path, load("edge_index"), staging, "edge_index")
     elif "src" in keys and "dst" in keys:

@@ -10,15 +10,17 @@ compressed CSV is streamed by one task; Parquet is split by row groups.
 
 from __future__ import annotations
 
+import lzma
 import os
-
-import pyarrow.parquet as pq
+import zlib
 
 from formats import ChunkFiles, EdgeType, FormatError
+from formats.arrays import _parquet_file
 from formats.storage import open_file, size
 from .options import ChunkOptions
 from .sources import (ArraySource, ChunkedArray, CsvArray, CsvColumns, CsvRange, CsvStream,
-                      EdgePart, EdgeSource, NpyArray, ParquetEdges, SourceGraph)
+                      EdgePart, EdgeSource, NpyArray, ParquetEdges, SourceGraph,
+                      is_decompress_error, truncated)
 
 EDGE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")
 COMPRESSED = (".gz", ".bz2", ".xz", ".zst")
@@ -47,6 +49,8 @@ def edge_parts(path: str, opts: ChunkOptions) -> list[EdgePart]:
     if _strip_compression(path.lower()).endswith((".parquet", ".pq")):
         return _parquet_parts(path, opts)
     columns = csv_columns(path, opts)
+    if columns is None:
+        return []  # an empty file: no edges (a graph of isolated nodes is valid)
     if path.lower().endswith(COMPRESSED):
         return [CsvStream(path, columns)]
     total = size(path)
@@ -58,12 +62,21 @@ def edge_parts(path: str, opts: ChunkOptions) -> list[EdgePart]:
             for start in range(0, max(total, 1), step)]
 
 
-def csv_columns(path: str, opts: ChunkOptions) -> CsvColumns:
-    """Delimiter, header and src/dst column positions of an edge CSV."""
+def csv_columns(path: str, opts: ChunkOptions) -> CsvColumns | None:
+    """Delimiter, header and src/dst column positions of an edge CSV (None: the file holds
+    nothing at all)."""
     base = _strip_compression(path.lower())
     delimiter = opts.delimiter or ("\t" if base.endswith(".tsv") else ",")
-    with open_file(path, compression="infer") as f:
-        first = f.readline().decode("utf-8", "replace").rstrip("\r\n")
+    try:
+        with open_file(path, compression="infer") as f:
+            raw = f.readline()
+    except (EOFError, OSError, zlib.error, lzma.LZMAError) as err:
+        if not is_decompress_error(err):  # a real I/O fault: not the input's fault
+            raise
+        raise truncated(path, err, 0) from None
+    if not raw:
+        return None
+    first = raw.decode("utf-8", "replace").rstrip("\r\n")
     fields = [x.strip() for x in first.split(delimiter)]
     if len(fields) < 2:
         raise FormatError(f"expected at least 2 columns separated by {delimiter!r}, "
@@ -92,7 +105,7 @@ def _column(wanted: str | None, default: str, names: list[str], header: bool, pa
 
 
 def _parquet_parts(path: str, opts: ChunkOptions) -> list[EdgePart]:
-    md = pq.ParquetFile(path).metadata
+    md = _parquet_file(path).metadata
     names = md.schema.to_arrow_schema().names
     src = opts.src_col or ("src" if "src" in names else names[0])
     dst = opts.dst_col or ("dst" if "dst" in names else names[1] if len(names) > 1 else "")
@@ -115,7 +128,7 @@ def array_source(path: str) -> ArraySource:
     if lower.endswith(".npy"):
         return NpyArray.open(path)
     if lower.endswith((".parquet", ".pq")):
-        rows = pq.ParquetFile(path).metadata.num_rows
+        rows = _parquet_file(path).metadata.num_rows
         return ChunkedArray(path, os.path.dirname(path), ChunkFiles("parquet", (os.path.basename(path),)),
                             (rows,))
     delimiter = "\t" if lower.endswith(".tsv") else ","
@@ -138,8 +151,10 @@ def from_edge_file(path: str, opts: ChunkOptions) -> SourceGraph:
 def from_edge_folder(root: str, opts: ChunkOptions) -> SourceGraph:
     """The folder layout ``edges/<src>__<rel>__<dst>.<ext>`` + ``nodes/<ntype>/<name>.<ext>``."""
     edge_dir = os.path.join(root, "edges")
-    edges, node_types = [], []
+    edges, node_types, seen = [], [], {}
     for entry in sorted(os.listdir(edge_dir)):
+        if entry.startswith("."):
+            continue  # hidden files (.DS_Store, editors' swap files) are not edge types
         stem = _strip_compression(entry)
         stem = os.path.splitext(stem)[0] if os.path.isfile(os.path.join(edge_dir, entry)) else stem
         parts = stem.split("__")
@@ -147,8 +162,14 @@ def from_edge_folder(root: str, opts: ChunkOptions) -> SourceGraph:
             raise FormatError("edge file name must be '<src>__<rel>__<dst>.<ext>'",
                               file=os.path.join(edge_dir, entry))
         et = EdgeType(*parts)
+        if et in seen:
+            raise FormatError(f"edge type '{et}' is given twice: also by {seen[et]!r}",
+                              file=os.path.join(edge_dir, entry))
+        seen[et] = entry
         edges.append(EdgeSource(et, tuple(edge_parts(os.path.join(edge_dir, entry), opts))))
-        node_types += [t for t in (et.src, et.dst) if t not in node_types]
+        for t in (et.src, et.dst):  # one at a time: src and dst may be the same new type
+            if t not in node_types:
+                node_types.append(t)
     node_data: dict[str, dict[str, ArraySource]] = {}
     node_dir = os.path.join(root, "nodes")
     if os.path.isdir(node_dir):

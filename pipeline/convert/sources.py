@@ -8,21 +8,44 @@ A converter turns its input into a :class:`SourceGraph`: per edge type a list of
 
 from __future__ import annotations
 
+import gzip
 import io
+import logging
+import lzma
+import zlib
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
-from formats import ChunkFiles, EdgeType, FormatError
-from formats.arrays import _as_int64, _int_column, read_array_chunk, read_edge_chunk, table_to_array
-from formats.storage import is_url, open_file
+from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError
+from formats.arrays import (_as_int64, _int_column, _parquet_file, array_info,
+                            read_array_chunk, read_edge_chunk, table_to_array)
+from formats.schema import METADATA
+from formats.storage import open_file
+from formats.validate import FieldSpec, check_finite
+
+log = logging.getLogger(__name__)
 
 STREAM_BLOCK_BYTES = 16 << 20
+_INT64_DIGITS = str(2**63 - 1)   # the largest int64, to find IDs too large to parse
+
+
+def is_decompress_error(err: BaseException) -> bool:
+    """True for what gzip/bz2/xz/zstd raise on a truncated or corrupt stream (an OSError with
+    an errno is a real I/O fault instead: disk, permissions)."""
+    if isinstance(err, (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile)):
+        return True
+    return isinstance(err, OSError) and err.errno is None
+
+
+def truncated(path: str, err: BaseException, rows: int | None = None) -> FormatError:
+    """The :class:`FormatError` for a compressed file that ends early or is corrupt."""
+    read = f" ({rows} data rows read before)" if rows is not None else ""
+    return FormatError(f"compressed file is truncated or corrupt: {err}{read}", file=path)
 
 
 @dataclass(frozen=True)
@@ -95,15 +118,35 @@ def _parse_id_columns(table: pa.Table, cols: CsvColumns, path: str, row0: int):
         try:
             out.append(pc.cast(pc.utf8_trim_whitespace(col), pa.int64()).to_numpy())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            ok = pc.match_substring_regex(col, r"^\s*[-+]?\d+\s*$").to_numpy(zero_copy_only=False)
-            ok &= ~col.is_null().to_numpy(zero_copy_only=False)
-            row = int(np.flatnonzero(~ok)[0])
-            raise FormatError(f"node ID {col[row].as_py()!r} is not an integer", file=path,
-                              field=name, row=row0 + row) from None
+            raise _not_int64(col, path, name, row0) from None
         if col.null_count:
             row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
             raise FormatError("missing node ID", file=path, field=name, row=row0 + row)
     return out
+
+
+def _not_int64(col: pa.ChunkedArray, path: str, name: str, row0: int) -> FormatError:
+    """The error for a string column that does not cast to int64: the first row that is not an
+    integer, or else the first integer outside int64 (cast refuses it; e.g. 2^64 - 1)."""
+    text = pc.utf8_trim_whitespace(col)
+    ok = pc.match_substring_regex(text, r"^[-+]?\d+$").to_numpy(zero_copy_only=False)
+    ok &= ~col.is_null().to_numpy(zero_copy_only=False)
+    if not ok.all():
+        row = int(np.flatnonzero(~ok)[0])
+        return FormatError(f"node ID {col[row].as_py()!r} is not an integer", file=path,
+                           field=name, row=row0 + row)
+    digits = pc.utf8_ltrim(pc.utf8_ltrim(text, "+-"), "0")
+    length = pc.utf8_length(digits).to_numpy(zero_copy_only=False)
+    limit = len(_INT64_DIGITS)
+    # Same length: decimal strings compare like their values.
+    bigger = (length > limit) | ((length == limit) & pc.greater(
+        digits, _INT64_DIGITS).to_numpy(zero_copy_only=False))
+    if not bigger.any():
+        return FormatError("node IDs do not convert to int64", file=path, field=name)
+    row = int(np.flatnonzero(bigger)[0])
+    value = text[row].as_py()
+    why = "is negative" if value.startswith("-") else "is too large (IDs must be below 2^63-1)"
+    return FormatError(f"node ID {value} {why}", file=path, field=name, row=row0 + row)
 
 
 def _csv_parse_error(err: Exception, path: str, row0: int, rows: list) -> FormatError:
@@ -211,6 +254,11 @@ class CsvStream(EdgePart):
                 if typed:
                     raise _NotInteger() from None
                 raise FormatError(f"CSV parse error: {err}", file=self.path) from None
+            except (EOFError, OSError, zlib.error, lzma.LZMAError) as err:
+                # pyarrow reads the decompressing file object: its errors pass through here.
+                if not is_decompress_error(err):
+                    raise
+                raise truncated(self.path, err, row0) from None
         if bad_rows:
             raise _csv_parse_error(None, self.path, -int(cols.header), bad_rows)
 
@@ -234,10 +282,14 @@ class ParquetEdges(EdgePart):
         return self.row_start
 
     def blocks(self) -> Iterator[EdgeBlock]:
-        pf = pq.ParquetFile(open_file(self.path) if is_url(self.path) else self.path)
+        pf = _parquet_file(self.path)
         rows_before = 0  # rows of this part before the current row group
         for g in range(self.first_group, self.last_group):
-            table = pf.read_row_group(g, columns=[self.src_col, self.dst_col])
+            try:
+                table = pf.read_row_group(g, columns=[self.src_col, self.dst_col])
+            except (pa.ArrowInvalid, OSError) as err:
+                raise FormatError(f"unreadable or truncated Parquet row group {g} ({err})",
+                                  file=self.path, row=self.row_start + rows_before) from None
             try:
                 src = _int_column(table.column(self.src_col), self.path, self.src_col)
                 dst = _int_column(table.column(self.dst_col), self.path, self.dst_col)
@@ -319,7 +371,10 @@ class NpyArray(ArraySource):
 
     @classmethod
     def open(cls, path: str, transpose_row: int | None = None) -> "NpyArray":
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as err:  # truncated, or not a .npy
+            raise FormatError(f"unreadable or truncated .npy file ({err})", file=path) from None
         rows = arr.shape[1] if transpose_row is not None else arr.shape[0]
         return cls(path, rows, transpose_row)
 
@@ -327,8 +382,12 @@ class NpyArray(ArraySource):
     def num_rows(self) -> int:
         return self.rows
 
+    def mapped(self) -> np.ndarray:
+        """The whole file, memory-mapped (holds nothing until read)."""
+        return np.load(self.path, mmap_mode="r", allow_pickle=False)
+
     def read(self, start: int, stop: int) -> np.ndarray:
-        arr = np.load(self.path, mmap_mode="r", allow_pickle=False)
+        arr = self.mapped()
         if self.transpose_row is not None:
             return np.array(arr[self.transpose_row, start:stop])
         return np.array(arr[start:stop])
@@ -354,16 +413,89 @@ class ChunkedArray(ArraySource):
     def num_rows(self) -> int:
         return sum(self.rows_per_file)
 
-    def read(self, start: int, stop: int) -> np.ndarray:
+    def read(self, start: int, stop: int,
+             check: Callable[[str, np.ndarray, int], None] | None = None) -> np.ndarray:
+        """Rows ``[start, stop)``. ``check(path, rows, first row in that file)`` sees each file's
+        piece before the pieces are joined (so an error can name the file and its row)."""
         from formats.storage import join
         bounds = np.concatenate([[0], np.cumsum(self.rows_per_file)])
         parts = []
         for i, rel in enumerate(self.files.files):
             lo, hi = max(start, bounds[i]), min(stop, bounds[i + 1])
             if lo < hi:
-                arr = read_array_chunk(join(self.root, rel), self.files)
-                parts.append(np.asarray(arr[lo - bounds[i]:hi - bounds[i]]))
+                path = join(self.root, rel)
+                piece = np.asarray(read_array_chunk(path, self.files)[lo - bounds[i]:
+                                                                      hi - bounds[i]])
+                if check is not None:
+                    check(path, piece, int(lo - bounds[i]))
+                parts.append(piece)
         return np.concatenate(parts) if parts else np.empty(0)
+
+
+@dataclass(frozen=True)
+class DataField:
+    """One node or edge data field of the input: its chunk files read as one array.
+
+    ``spec`` is the first chunk's dtype and row shape (every chunk was checked against it when
+    the field was opened). :meth:`read` applies ``nan_policy`` to each file's rows as they
+    arrive. Holds the rows of one read.
+    """
+
+    field: str                 # e.g. "node_data.paper.feat": what errors name
+    array: ChunkedArray
+    spec: FieldSpec
+    nan_policy: str = "error"
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` of the field; a NaN/inf under "error" raises
+        :class:`FormatError` naming the chunk file and its row, under "warn" is logged."""
+        return np.asarray(self.array.read(start, stop, check=self._check))
+
+    def _check(self, path: str, rows: np.ndarray, row0: int) -> None:
+        warning = check_finite(rows, self.nan_policy, file=path, field=self.field, row0=row0)
+        if warning:
+            log.warning(warning)
+
+
+def open_field(graph: ChunkedGraph, files: ChunkFiles, field: str, expected_rows: int,
+               aligned: tuple[int, ...], nan_policy: str) -> DataField:
+    """A :class:`DataField` of ``files``, after checking from the chunk headers (a few bytes
+    each) that every chunk has the first one's dtype and row shape and that the rows add up
+    to ``expected_rows``. ``aligned``: rows per chunk when chunk *i* is known to cover the same
+    rows as chunk *i* of the owner's chunking (graphprep's own files), so a short chunk is
+    named; else ``()``. Raises :class:`FormatError` naming the file and field."""
+    paths = [graph.path(rel) for rel in files.files]
+    infos = [array_info(p, files) for p in paths]
+    spec = FieldSpec(str(infos[0].dtype), tuple(int(x) for x in infos[0].row_shape), paths[0])
+    for path, info in zip(paths, infos):
+        found = FieldSpec(str(info.dtype), tuple(int(x) for x in info.row_shape), path)
+        if (found.dtype, found.row_shape) != (spec.dtype, spec.row_shape):
+            raise FormatError(f"dtype/shape {found.describe()} differs from the first chunk "
+                              f"{spec.first_file} ({spec.describe()})", file=path, field=field,
+                              row=0)
+    rows = tuple(info.rows for info in infos)
+    if sum(rows) != expected_rows:
+        if len(aligned) == len(rows):
+            i = next(i for i, (r, a) in enumerate(zip(rows, aligned)) if r != a)
+            raise FormatError(f"has {rows[i]} rows, its chunk of the type has {aligned[i]} "
+                              f"(all chunks: {sum(rows)} rows for {expected_rows})",
+                              file=paths[i], field=field)
+        raise FormatError(f"has {sum(rows)} rows in its chunks, the type has {expected_rows}",
+                          file=graph.path(METADATA), field=field)
+    return DataField(field, ChunkedArray(graph.root, graph.root, files, rows), spec, nan_policy)
+
+
+def data_fields(graph: ChunkedGraph, nan_policy: str = "error"):
+    """``(node fields {ntype: {name: DataField}}, edge fields {etype: {name: DataField}})``."""
+    nodes = {t: {name: open_field(graph, files, f"node_data.{t}.{name}", graph.num_nodes[t],
+                                  graph.node_chunks[t], nan_policy)
+                 for name, files in fields.items()}
+             for t, fields in graph.node_data.items()}
+    edges = {et: {name: open_field(graph, files, f"edge_data.{et}.{name}", graph.num_edges[et],
+                                   graph.edge_chunks[et], nan_policy)
+                  for name, files in fields.items()}
+             for et, fields in graph.edge_data.items()}
+    return nodes, edges
 
 
 @dataclass(frozen=True)
@@ -394,6 +526,10 @@ class CsvArray(ArraySource):
             except pa.ArrowInvalid as err:
                 raise FormatError(f"CSV parse error near data row {row0}: {err}",
                                   file=self.path) from None
+            except (EOFError, OSError, zlib.error, lzma.LZMAError) as err:
+                if not is_decompress_error(err):
+                    raise
+                raise truncated(self.path, err, row0) from None
 
     def _cast(self, arr: np.ndarray, row0: int) -> np.ndarray:
         if self.dtype is None:

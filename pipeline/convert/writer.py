@@ -22,9 +22,14 @@ import numpy as np
 
 from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError, even_chunks
 from formats.output import write_array_chunk, write_edge_chunk
+from formats.validate import check_ids
 from .sources import ArraySource, EdgePart, SourceGraph
 
 log = logging.getLogger(__name__)
+
+# One count per node chunk goes into metadata.json: 2^24 chunks is a 16-trillion-node type at the
+# default chunk size; far beyond it, the count is a typo or sparse IDs, not a graph.
+MAX_CHUNKS_PER_TYPE = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -154,14 +159,12 @@ def write_edge_part(task: EdgePartTask) -> PartResult:
 
 
 def _check_ids(task: EdgePartTask, src: np.ndarray, dst: np.ndarray, row0: int) -> None:
-    for name, ids, limit in (("src", src, task.limits[0]), ("dst", dst, task.limits[1])):
-        bad = ids < 0 if limit is None else (ids < 0) | (ids >= limit)
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            rng = "must be >= 0" if limit is None else f"out of range [0, {limit})"
-            nt = task.etype.src if name == "src" else task.etype.dst
-            raise FormatError(f"node ID {int(ids[row])} {rng} for node type {nt!r}",
-                              file=task.part.path, field=name, row=row0 + row)
+    """IDs in ``[0, count)`` of their type; without a count, in ``[0, 2^63-1)`` (so that the
+    count inferred as the largest ID + 1 fits int64). A min and a max per column."""
+    check_ids(src, task.limits[0], file=task.part.path, field="src", row0=row0,
+              ntype=task.etype.src)
+    check_ids(dst, task.limits[1], file=task.part.path, field="dst", row0=row0,
+              ntype=task.etype.dst)
 
 
 class _ChunkWriter:
@@ -229,7 +232,9 @@ def convert_source(source: SourceGraph, out: str, chunk_size: int, transforms: T
     _raise_first_problem(tasks, results)
     _infer_node_counts(source, num_nodes, tasks, results)
     for t in source.node_types:
-        node_chunks.setdefault(t, even_chunks(num_nodes[t], chunk_size))
+        if t not in node_chunks:
+            _check_chunk_count(t, num_nodes[t], chunk_size, tasks, results)
+            node_chunks[t] = even_chunks(num_nodes[t], chunk_size)
 
     edge_types, edge_chunks, edges, edge_data = [], {}, {}, {}
     out_types = [(es, es.etype) for es in source.edges]
@@ -314,6 +319,25 @@ def _infer_node_counts(source, num_nodes, tasks, results) -> None:
                               field="num_nodes")
         log.info("node type %s: %d nodes (largest ID in the edges + 1)", t, n)
         num_nodes[t] = n
+
+
+def _check_chunk_count(t: str, n: int, chunk_size: int, tasks, results) -> None:
+    """Refuse node counts whose chunk list could not even be held (metadata.json lists one
+    count per chunk): an ID like 2^62 in an edge list implies that many nodes. Names the file
+    holding the largest ID when the count was inferred from the edges."""
+    chunks = -(-n // chunk_size)
+    if chunks <= MAX_CHUNKS_PER_TYPE:
+        return
+    why = (f"node type {t!r} would have {n:,} nodes in {chunks:,} chunks of {chunk_size:,} "
+           f"rows (at most {MAX_CHUNKS_PER_TYPE:,} chunks): node IDs must be dense, 0-based")
+    ends = [(res.max_src, task.part.path, "src") for task, res in zip(tasks, results)
+            if task.etype.src == t]
+    ends += [(res.max_dst, task.part.path, "dst") for task, res in zip(tasks, results)
+             if task.etype.dst == t]
+    top = max(ends, default=None)
+    if top is not None and top[0] + 1 == n:
+        raise FormatError(f"node ID {top[0]}: {why}", file=top[1], field=top[2])
+    raise FormatError(why, field="--num-nodes")
 
 
 def _sequential_edge_files(out: str, et: EdgeType, data_names, pieces):

@@ -22,8 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import ChunkedGraph, FormatError, read_array_chunk, read_edge_chunk
+from formats import ChunkedGraph, FormatError
+from formats.schema import METADATA
+from formats.validate import read_checked_edges
 from ..arrayops import unique_ints
+from ..convert.sources import open_field
 from .base import PartitionOptions
 from .metis_capi import part_graph
 from .rebalance import rebalance
@@ -49,8 +52,12 @@ def symmetric_csr(graph: ChunkedGraph, with_in_degree: bool = False):
     keys = []
     in_degree = np.zeros(n, dtype=np.int64) if with_in_degree else None
     for et in graph.edge_types:
-        for rel in graph.edges[et].files:
-            src, dst = read_edge_chunk(graph.path(rel), graph.edges[et])
+        for rel, rows in zip(graph.edges[et].files, graph.edge_chunks[et]):
+            # Checked before the offsets: an ID out of its type's range would land on another
+            # type's node (or wrap around) and be partitioned as if it were an edge.
+            src, dst = read_checked_edges(graph.path(rel), graph.edges[et], rows=rows,
+                                          num_src=graph.num_nodes[et.src],
+                                          num_dst=graph.num_nodes[et.dst], etype=et)
             src, dst = src + offsets[et.src], dst + offsets[et.dst]
             if with_in_degree:
                 in_degree += np.bincount(dst, minlength=n)
@@ -92,11 +99,12 @@ def train_column(graph: ChunkedGraph, n: int) -> np.ndarray:
         if files is None:
             continue
         found = True
-        pos = offsets[t]
-        for rel in files.files:
-            mask = np.asarray(read_array_chunk(graph.path(rel), files)).astype(bool)
-            col[pos:pos + len(mask)] = mask
-            pos += len(mask)
+        # Rows per chunk checked from the headers first: a short or long mask would shift
+        # every later row onto the wrong node (or past the type's end).
+        mask = open_field(graph, files, f"node_data.{t}.train_mask", graph.num_nodes[t],
+                          graph.node_chunks[t], "ignore")
+        col[offsets[t]:offsets[t] + graph.num_nodes[t]] = mask.read(
+            0, graph.num_nodes[t]).astype(bool)
     if not found or col.sum() == 0:
         raise FormatError("--balance train needs node data 'train_mask' with at least one true "
                           "row, and the graph has none", file=graph.path("metadata.json"),
@@ -112,7 +120,16 @@ class MetisTask:
 
 
 def metis_parts(task: MetisTask) -> dict:
-    """Build the CSR, run METIS, write ``<ntype>.npy``. Returns METIS's own edge cut."""
+    """Build the CSR, run METIS, write ``<ntype>.npy``. Returns METIS's own edge cut, or
+    ``{"problem": FormatError}`` for bad input (raised by the client: a task never raises it,
+    so the message reaches the user as it is)."""
+    try:
+        return _metis_parts(task)
+    except FormatError as err:
+        return {"problem": err}
+
+
+def _metis_parts(task: MetisTask) -> dict:
     graph, opts = task.graph, task.options
     xadj, adjncy, in_degree = symmetric_csr(graph, with_in_degree="edges" in opts.balance)
     weights = vertex_weights(graph, opts.balance, in_degree)
@@ -121,6 +138,7 @@ def metis_parts(task: MetisTask) -> dict:
                             ufactor=max(1, int(round(opts.imbalance * 1000))))
     if opts.num_parts > 1:
         parts = rebalance(parts, xadj, adjncy, weights, opts.num_parts, opts.imbalance)
+        parts = fill_empty_parts(parts, xadj, opts.num_parts)
     for t, off in type_offsets(graph).items():
         np.save(os.path.join(task.out, f"{t}.npy"),
                 parts[off:off + graph.num_nodes[t]].astype(np.int32))
@@ -128,13 +146,41 @@ def metis_parts(task: MetisTask) -> dict:
                                                            weights.nbytes)}
 
 
+def fill_empty_parts(parts: np.ndarray, xadj: np.ndarray, num_parts: int) -> np.ndarray:
+    """Give every empty part one node: METIS may leave a part empty (few nodes, many parts,
+    disconnected pieces) and an empty part breaks dispatch's and training's one-part-per-rank
+    layout. Each empty part takes the lowest-degree node of the currently largest part (the
+    cheapest move for the cut). Callers ensure ``len(parts) >= num_parts``. Holds P counts."""
+    sizes = np.bincount(parts, minlength=num_parts)
+    empty = np.flatnonzero(sizes == 0)
+    if len(empty) == 0:
+        return parts
+    parts = parts.copy()
+    degree = np.diff(xadj)
+    for q in empty:  # a loop over empty parts (at most P), each step vectorized
+        big = int(np.argmax(sizes))
+        members = np.flatnonzero(parts == big)
+        node = members[np.argmin(degree[members])]
+        parts[node] = q
+        sizes[big] -= 1
+        sizes[q] += 1
+    return parts
+
+
 class MetisPartitioner:
     name = "metis"
 
     def assign(self, graph: ChunkedGraph, options: PartitionOptions, runner, out: str) -> str:
+        total = sum(graph.num_nodes.values())
+        if options.num_parts > total:  # METIS would put every node in one part, and exit 0
+            raise FormatError(f"{options.num_parts} parts but the graph has {total} nodes: a "
+                              "part would be empty; use at most as many parts as nodes",
+                              file=graph.path(METADATA), field="--num-parts")
         if "train" in options.balance:   # fail fast, before the graph is assembled
             has = any("train_mask" in graph.node_data.get(t, {}) for t in graph.node_types)
             if not has:
                 train_column(graph, 0)
         (self.info,) = runner(metis_parts, [MetisTask(graph, options, out)], "metis")
+        if "problem" in self.info:
+            raise self.info["problem"]
         return self.name

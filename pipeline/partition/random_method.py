@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import ChunkedGraph
+from formats import ChunkedGraph, FormatError
+from formats.schema import METADATA
 from .base import PartitionOptions, create_assignment_files
 from .permutation import FeistelPermutation
 
@@ -38,10 +39,26 @@ def random_parts(task: RandomSliceTask) -> None:
     parts.flush()
 
 
+def check_every_part_gets_a_node(graph: ChunkedGraph, num_parts: int) -> None:
+    """Node ``i`` of a type goes to ``perm(i) mod P`` with ``perm(i) < n``: a type with ``n < P``
+    nodes fills parts ``0..n-1`` only, so some part gets no node at all unless some type has
+    at least ``P`` nodes. Raises :class:`FormatError` (exit 2) then; a type with fewer than
+    ``P`` nodes beside a larger one is fine (its nodes go to the first parts)."""
+    largest = max(graph.node_types, key=lambda t: graph.num_nodes[t])
+    n = graph.num_nodes[largest]
+    if num_parts > n:
+        what = f"the graph has {n} nodes" if len(graph.node_types) == 1 else \
+            f"its largest node type {largest!r} has {n} nodes"
+        raise FormatError(f"{num_parts} parts but {what}: random partitioning (balanced per "
+                          f"node type) would leave parts {n}..{num_parts - 1} empty; use at "
+                          f"most {n} parts", file=graph.path(METADATA), field="--num-parts")
+
+
 class RandomPartitioner:
     name = "random"
 
     def assign(self, graph: ChunkedGraph, options: PartitionOptions, runner, out: str) -> str:
+        check_every_part_gets_a_node(graph, options.num_parts)
         create_assignment_files(graph, out)
         tasks = [RandomSliceTask(os.path.join(out, f"{t}.npy"), graph.num_nodes[t], i, s,
                                  min(s + SLICE, graph.num_nodes[t]), options.num_parts,

@@ -16,10 +16,11 @@ import tempfile
 
 import numpy as np
 
-from formats import ChunkedGraph, ChunkFiles, EdgeType, read_edge_chunk
+from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError
 from formats.assignment import Assignment
+from formats.validate import read_checked_edges
 from ..arrayops import unique_ints
-from ..convert.sources import ChunkedArray
+from ..convert.sources import DataField, open_field
 
 SPLITS = ("train_mask", "val_mask", "test_mask")
 NODE_SLICE = 1 << 22
@@ -34,12 +35,24 @@ class EdgeStatsTask:
     num_src: int
     scratch: str
     index: int
+    num_dst: int
+    rows: int | None = None          # declared in the metadata (None: not checked)
 
 
 def edge_chunk_stats(task: EdgeStatsTask):
-    """``(owned edges per part, cut edges)``; writes each part's distinct halo sources."""
+    """``(owned edges per part, cut edges)``; writes each part's distinct halo sources. Bad
+    input comes back as its :class:`FormatError` (the client raises it)."""
+    try:
+        return _edge_chunk_stats(task)
+    except FormatError as err:
+        return err
+
+
+def _edge_chunk_stats(task: EdgeStatsTask):
     p = task.assignment.meta.num_parts
-    src, dst = read_edge_chunk(task.path, task.files)
+    # Checked before the IDs index the assignment: a negative one would read from its end.
+    src, dst = read_checked_edges(task.path, task.files, rows=task.rows, num_src=task.num_src,
+                                  num_dst=task.num_dst, etype=task.etype)
     ps = np.asarray(task.assignment.parts_of(task.etype.src)[src])
     pd = np.asarray(task.assignment.parts_of(task.etype.dst)[dst])
     cut = ps != pd
@@ -71,7 +84,7 @@ class NodeStatsTask:
     start: int
     stop: int
     assignment: Assignment
-    masks: tuple[tuple[str, ChunkedArray], ...]
+    masks: tuple[tuple[str, DataField], ...]
 
 
 def node_range_stats(task: NodeStatsTask) -> dict[str, np.ndarray]:
@@ -93,18 +106,26 @@ def partition_stats(graph: ChunkedGraph, assignment: Assignment, runner) -> dict
     """Edge cut, per-part nodes/edges/splits/halo and imbalance per constraint (a JSON dict)."""
     p = assignment.meta.num_parts
     scratch = tempfile.mkdtemp(prefix="graphprep-stats-")
+    chunks = [(et, rel, rows) for et in graph.edge_types
+              for rel, rows in zip(graph.edges[et].files, graph.edge_chunks[et])]
     edge_tasks = [EdgeStatsTask(graph.path(rel), graph.edges[et], et, assignment,
-                                graph.num_nodes[et.src], scratch, i)
-                  for i, (et, rel) in enumerate((et, rel) for et in graph.edge_types
-                                                for rel in graph.edges[et].files)]
+                                graph.num_nodes[et.src], scratch, i, graph.num_nodes[et.dst],
+                                rows)
+                  for i, (et, rel, rows) in enumerate(chunks)]
     node_tasks = []
     for t in graph.node_types:
-        masks = tuple((name, ChunkedArray.of(graph, graph.node_data[t][name]))
+        # Opened from the chunk headers: rows must add up to the type's count.
+        masks = tuple((name, open_field(graph, graph.node_data[t][name],
+                                        f"node_data.{t}.{name}", graph.num_nodes[t],
+                                        graph.node_chunks[t], "ignore"))
                       for name in SPLITS if name in graph.node_data.get(t, {}))
         node_tasks += [NodeStatsTask(t, s, min(s + NODE_SLICE, graph.num_nodes[t]), assignment,
                                      masks) for s in range(0, graph.num_nodes[t], NODE_SLICE)]
     try:
         edge_results = runner(edge_chunk_stats, edge_tasks, "stats (edges)")
+        for result in edge_results:
+            if isinstance(result, FormatError):
+                raise result
         halo_tasks = [(os.path.join(scratch, t, f"p{q:05d}"), graph.num_nodes[t])
                       for t in graph.node_types for q in range(p)]
         halo_counts = runner(count_halo, halo_tasks, "stats (halo)")

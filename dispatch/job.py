@@ -69,15 +69,18 @@ def _prepare_out(out: str, manifest: dict, overwrite: bool) -> str | None:
 
 def run_dispatch(chunked: str, assignment_dir: str, out: str, cluster: ClusterOptions,
                  machines: tuple[str, ...] = (), overwrite: bool = False,
-                 range_size: int = RANGE_SIZE, staging: str | None = None):
+                 range_size: int = RANGE_SIZE, staging: str | None = None,
+                 nan_policy: str = "error"):
     """Build the partitioned graph of ``chunked`` under ``assignment_dir`` at ``out`` (a local
-    folder or an fsspec URL, then built in ``staging`` and uploaded). Returns the
-    :class:`PartitionedGraph` (None when already up to date)."""
+    folder or an fsspec URL, then built in ``staging`` and uploaded). ``nan_policy`` applies to
+    float node/edge data as it is read. Returns the :class:`PartitionedGraph` (None when
+    already up to date)."""
     graph = load_chunked_graph(chunked)
     assignment = load_assignment(assignment_dir, graph)
     inputs = {os.path.abspath(chunked): fingerprint(chunked),
               os.path.abspath(assignment_dir): fingerprint(assignment_dir)}
-    manifest = make_manifest("dispatch", inputs, {"machines": list(machines)}, None)
+    manifest = make_manifest("dispatch", inputs, {"machines": list(machines), "nan": nan_policy},
+                             None)
     local = staging or (out if not is_url(out) else staging_for(out))
     if is_url(out) and url_up_to_date(out, manifest, overwrite):
         return None
@@ -87,8 +90,15 @@ def run_dispatch(chunked: str, assignment_dir: str, out: str, cluster: ClusterOp
             return None
         with dask_client(cluster, machines) as client:
             run = TaskRunner(client, cluster.progress)
-            result = _dispatch_into(build, run, graph, assignment, out, inputs, machines,
-                                    range_size)
+            try:
+                plan = DispatchPlan(graph, assignment, os.path.join(build, WORK), range_size,
+                                    nan_policy=nan_policy)
+                result = _dispatch_into(plan, build, run, out, inputs, machines)
+            except FormatError:  # bad input: nothing worth resuming (fixed input, new work)
+                if machines:
+                    run(_remove_task, [build] * len(machines), "clean up", workers=machines)
+                shutil.rmtree(build, ignore_errors=True)
+                raise
             write_json(os.path.join(build, GRAPH_JSON), result.to_json())
             write_json(os.path.join(build, MANIFEST), manifest)
             if machines:  # each machine swaps its own parts in (a no-op where already done)
@@ -100,15 +110,19 @@ def run_dispatch(chunked: str, assignment_dir: str, out: str, cluster: ClusterOp
     return result
 
 
+def _remove_task(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def _swap_task(paths: tuple[str, str]) -> bool:
     return swap_into_place(*paths)
 
 
-def _dispatch_into(local: str, run: TaskRunner, graph, assignment, out: str, inputs: dict,
-                   machines: tuple[str, ...], range_size: int) -> PartitionedGraph:
-    """Build every part under ``local`` (parts of machine M on M's worker); returns the
-    partitioned graph's metadata."""
-    plan = DispatchPlan(graph, assignment, os.path.join(local, WORK), range_size)
+def _dispatch_into(plan: DispatchPlan, local: str, run: TaskRunner, out: str, inputs: dict,
+                   machines: tuple[str, ...]) -> PartitionedGraph:
+    """Build every part of ``plan`` under ``local`` (parts of machine M on M's worker);
+    returns the partitioned graph's metadata."""
+    graph, assignment = plan.graph, plan.assignment
     p_count = plan.num_parts
     node_map, bases = {}, {}
     for t in graph.node_types:

@@ -143,12 +143,15 @@ class TaskRunner:
                 done = sorted(i for i in pending if futures[i].done())
                 failed = [i for i in done if futures[i].status == "error"]
                 if failed:
-                    self.client.cancel([futures[j] for j in pending if j != failed[0]])
+                    self._cancel_and_settle([futures[j] for j in pending if j != failed[0]])
                     futures[failed[0]].result()  # raises the task's own exception
                 for i in done:
                     # Fetched at once: a result left on a worker that dies is lost with it.
                     results[i] = futures[i].result()
                     futures[i].release()
+                    if isinstance(results[i], _Failed):
+                        self._cancel_and_settle([futures[j] for j in pending if j != i])
+                        raise results[i].error
                     pending.discard(i)
                     bar.update()
                 for i in watch.check({i: pins[i] for i in pending if pins[i] is not None}):
@@ -156,10 +159,25 @@ class TaskRunner:
                     futures[i] = self._submit(fn, items[i], pins[i])
         return results
 
+    def _cancel_and_settle(self, futures: list, timeout: float = 60.0) -> None:
+        """Cancel ``futures`` and wait (bounded) until none still runs on a worker: a cancelled
+        task that already started runs to its end, and the caller is about to remove the
+        folder it writes into."""
+        keys = {f.key for f in futures}
+        self.client.cancel(futures)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            running = {k for ks in self.client.processing().values() for k in ks}
+            if not keys & running:
+                return
+            time.sleep(0.05)
+        log.warning("cancelled tasks still running after %g s", timeout)
+
     def _submit(self, fn, item, pin: str | None):
+        task = _ExpectedFailures(fn)
         if pin is None:
-            return self.client.submit(fn, item, pure=False)
-        return self.client.submit(fn, item, pure=False, workers=[pin],
+            return self.client.submit(task, item, pure=False)
+        return self.client.submit(task, item, pure=False, workers=[pin],
                                   allow_other_workers=False)
 
     def star(self, fn: Callable, arg_tuples: Iterable[tuple], desc: str | None = None) -> list:
@@ -206,6 +224,33 @@ class _WorkerWatch:
                     + (" (no worker is left)" if not now else
                        "; its tasks cannot run elsewhere: restart it, then rerun the command "
                        "to resume"))
+
+
+@dataclass(frozen=True)
+class _Failed:
+    error: BaseException
+
+
+class _ExpectedFailures:
+    """Runs a task; bad input and a full disk come back as a :class:`_Failed` value, so the
+    worker logs no 'Compute Failed' traceback for what the user gets as one line anyway."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "task")
+
+    def __call__(self, item):
+        from formats import FormatError
+        from formats.output import is_disk_full
+
+        try:
+            return self.fn(item)
+        except FormatError as err:
+            return _Failed(err)
+        except OSError as err:
+            if is_disk_full(err):
+                return _Failed(err)
+            raise
 
 
 class _Star:

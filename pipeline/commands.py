@@ -246,9 +246,11 @@ def partition(chunked, out, num_parts, method, balance, objective, imbalance, se
 @click.option("--range-size", type=click.IntRange(1), default=1 << 17, metavar="NODES",
               help="Nodes per relabel task and per destination sub-range when building a "
                    "part: a task holds one range of rows or the in-edges of one sub-range.")
+@nan_option
 @overwrite_option
 @cluster_options
-def dispatch(chunked, assignment, out, machines, range_size, overwrite, cluster: ClusterOptions):
+def dispatch(chunked, assignment, out, machines, range_size, nan_policy, overwrite,
+             cluster: ClusterOptions):
     """Build the partitioned graph at OUT (a folder, or an fsspec URL such as s3://bucket/g)
     from the chunked graph CHUNKED and the partition ASSIGNMENT: new contiguous IDs per part,
     CSC per edge type, 1-hop halo, features, labels, masks, original-ID maps, graph.json.
@@ -260,7 +262,8 @@ def dispatch(chunked, assignment, out, machines, range_size, overwrite, cluster:
     from dispatch.job import run_dispatch
 
     names = tuple(m for m in machines.split(",") if m)
-    graph = run_dispatch(chunked, assignment, out, cluster, names, overwrite, range_size)
+    graph = run_dispatch(chunked, assignment, out, cluster, names, overwrite, range_size,
+                         nan_policy=nan_policy)
     if graph is not None:
         click.echo(f"{out}: {graph.num_parts} parts of graph {graph.graph_name!r}")
         for p, info in enumerate(graph.parts):
@@ -277,8 +280,9 @@ class VerifyFailed(click.ClickException):
 @prep.command()
 @click.argument("chunked", type=click.Path(exists=True, file_okay=False), callback=local_path)
 @click.argument("partitioned", callback=local_path)
+@nan_option
 @cluster_options
-def verify(chunked, partitioned, cluster: ClusterOptions):
+def verify(chunked, partitioned, nan_policy, cluster: ClusterOptions):
     """Check that the partitioned graph PARTITIONED (its folder or graph.json) holds exactly the
     chunked graph CHUNKED: every edge once with its original endpoints and edge data, every node
     once with its features, labels and masks, consistent partition book, exact halo lists.
@@ -287,7 +291,7 @@ def verify(chunked, partitioned, cluster: ClusterOptions):
     from dispatch.verify import VerifyError, run_verify
 
     try:
-        counts = run_verify(chunked, partitioned, cluster)
+        counts = run_verify(chunked, partitioned, cluster, nan_policy)
     except VerifyError as err:
         raise VerifyFailed(f"verify failed: {err}") from None
     click.echo(f"verified: {counts['edges']:,} edges and {counts['nodes']:,} nodes match the "

@@ -53,16 +53,11 @@ def hashes(*paths):
     return [tree_hash(p) for p in paths]
 
 
-def nothing_written(folder, out, *, resumable: bool = False):
+def nothing_written(folder, out):
     """``out`` was not created, and no side folder or lock of any output is left in
-    ``folder``. ``resumable``: dispatch keeps ``.OUT.partial`` for a rerun to resume (its
-    documented design); then only a complete output (graph.json) must be absent from it."""
+    ``folder`` (dispatch keeps ``.OUT.partial`` only after a kill, to resume it)."""
     assert not os.path.exists(out), f"{out} appeared after a failure"
-    partial = os.path.join(folder, f".{os.path.basename(str(out))}.partial")
     left = [n for n in os.listdir(folder) if n.endswith((".partial", ".old", ".lock"))]
-    if resumable:
-        assert not os.path.exists(os.path.join(partial, "graph.json"))
-        left = [n for n in left if os.path.join(folder, n) != partial]
     assert not left, left
 
 
@@ -76,13 +71,13 @@ def set_edge(graph_dir, rel, column, row, value):
                    path)
 
 
-def fails(scheduler, work, *args, code, names, out=None, inputs=("G", "A"), resumable=False):
+def fails(scheduler, work, *args, code, names, out=None, inputs=("G", "A")):
     """Run ``prep *args`` expecting failure; inputs unchanged, nothing written."""
     before = hashes(*(work / i for i in inputs))
     text = prep_fails(scheduler, *args, code=code, names=names)
     assert hashes(*(work / i for i in inputs)) == before
     if out is not None:
-        nothing_written(work, out, resumable=resumable)
+        nothing_written(work, out)
     return text
 
 
@@ -108,7 +103,7 @@ def test_bad_edge_id_stops_dispatch(scheduler, work, column, value):
     set_edge(work / "G", EDGE_CHUNK, column, 11, value)
     fails(scheduler, work, "dispatch", work / "G", work / "A", work / "O", code=2,
           names=["part-00003.parquet", f"field '{column}'", "row 11", f"node ID {value}"],
-          out=work / "O", resumable=True)
+          out=work / "O")
 
 
 def test_edge_chunk_with_other_row_count_than_declared_stops_dispatch(scheduler, work):
@@ -116,8 +111,7 @@ def test_edge_chunk_with_other_row_count_than_declared_stops_dispatch(scheduler,
     table = pq.read_table(path)
     pq.write_table(table.slice(0, 15), path)
     fails(scheduler, work, "dispatch", work / "G", work / "A", work / "O", code=2,
-          names=["part-00003.parquet", "declared 20 rows", "found 15"], out=work / "O",
-          resumable=True)
+          names=["part-00003.parquet", "declared 20 rows", "found 15"], out=work / "O")
 
 
 # ------------------------------------------------------------ node data: NaN, dtype, shape, rows
@@ -128,7 +122,7 @@ def test_nan_feature_stops_dispatch(scheduler, work):
     np.save(work / "G" / FEAT_1, feat)
     fails(scheduler, work, "dispatch", work / "G", work / "A", work / "O", code=2,
           names=["part-00001.npy", "field 'node_data._N.feat'", "row 13", "NaN or inf"],
-          out=work / "O", resumable=True)
+          out=work / "O")
 
 
 @pytest.mark.parametrize("bad, shown", [(lambda f: f.astype(np.float64), "float64[4]"),
@@ -137,7 +131,7 @@ def test_feature_chunk_unlike_the_first_stops_dispatch(scheduler, work, bad, sho
     np.save(work / "G" / FEAT_1, np.ascontiguousarray(bad(np.load(work / "G" / FEAT_1))))
     fails(scheduler, work, "dispatch", work / "G", work / "A", work / "O", code=2,
           names=["part-00001.npy", "field 'node_data._N.feat'", shown, "float32[4]"],
-          out=work / "O", resumable=True)
+          out=work / "O")
 
 
 def test_label_chunk_with_wrong_row_count_stops_dispatch(scheduler, work):
@@ -145,7 +139,7 @@ def test_label_chunk_with_wrong_row_count_stops_dispatch(scheduler, work):
     np.save(work / "G" / rel, np.load(work / "G" / rel)[:19])
     fails(scheduler, work, "dispatch", work / "G", work / "A", work / "O", code=2,
           names=["label/part-00001.npy", "field 'node_data._N.label'", "has 19 rows"],
-          out=work / "O", resumable=True)
+          out=work / "O")
 
 
 def test_nan_policy_of_the_dispatch_plan(work, caplog):

@@ -20,6 +20,7 @@ from formats import EdgeType
 from formats.integrity import (PART_JSON, FileRecord, PartStamp, part_manifest,
                                write_part_json)
 from formats.npyio import NpyWriter, npy_shape, read_rows
+from formats.output import save_npy
 from pipeline.arrayops import unique_ints
 from .plan import DispatchPlan, atomic_folder
 
@@ -54,7 +55,7 @@ def build_part(task: PartTask) -> BuiltPart:
                 _write_nodes(plan, t, p, task.node_map[t][p], out)
             halo = {t: _halo(plan, t, p, task.node_map) for t in g.node_types}
             for t, h in halo.items():
-                np.save(os.path.join(out, "nodes", t, "halo_ids.npy"), h)
+                save_npy(os.path.join(out, "nodes", t, "halo_ids.npy"), h)
             for et in g.edge_types:
                 _write_csc(plan, et, p, task.node_map, halo[et.src], out)
             write_part_json(out, PartStamp(p, g.graph_name, task.dispatch_id))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from formats import EdgeType
-from formats.output import write_array_chunk
+from formats.output import save_npy, write_array_chunk
 from formats.validate import read_checked_edges
 from .plan import DispatchPlan, atomic_folder
 
@@ -72,5 +72,5 @@ def bucket_edges(task: BucketTask) -> list[int]:
                               np.searchsorted(rows[0, sl], subs))
             for name, values in data.items():
                 write_array_chunk(os.path.join(tmp, f"p{p:05d}.{name}.npy"), values[sl])
-        np.save(os.path.join(tmp, "counts.npy"), counts)
+        save_npy(os.path.join(tmp, "counts.npy"), counts)
     return counts.tolist()

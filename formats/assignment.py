@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .errors import FormatError
+from .output import write_json
 from .schema import ChunkedGraph, check_version
 
 META = "partition_meta.json"
@@ -73,9 +74,7 @@ def read_dgl_txt(path: str) -> np.ndarray:
 def write_meta(root: str, meta: AssignmentMeta) -> None:
     """Write ``partition_meta.json`` (replacing it atomically)."""
     tmp = os.path.join(root, META + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(meta.to_json(), f, indent=2)
-        f.write("\n")
+    write_json(tmp, meta.to_json())
     os.replace(tmp, os.path.join(root, META))
 
 

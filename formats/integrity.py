@@ -20,6 +20,7 @@ import xxhash
 from numpy.lib import format as npformat
 
 from .errors import FormatError
+from .output import write_json
 
 PART_JSON = "part.json"
 EDGE_BYTES = 1 << 20       # sampled head and tail
@@ -181,9 +182,7 @@ def check_part_files(part_dir: str, manifest: dict[str, FileRecord], full: bool 
 
 
 def write_part_json(part_dir: str, stamp: PartStamp) -> None:
-    with open(os.path.join(part_dir, PART_JSON), "w") as f:
-        json.dump(stamp.to_json(), f, indent=1)
-        f.write("\n")
+    write_json(os.path.join(part_dir, PART_JSON), stamp.to_json())
 
 
 def read_part_json(part_dir: str) -> PartStamp:

@@ -7,7 +7,6 @@ the inputs' bytes and any previous output's bytes are unchanged.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
@@ -16,7 +15,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from faultkit import PREP, ROOT, assert_clean_exit, prep_fails, run_cli, tree_hash

@@ -12,6 +12,7 @@ import zipfile
 import numpy as np
 
 from formats import EdgeType, FormatError
+from formats.output import save_npy
 from .sources import ArrayEdges, EdgeSource, NpyArray, SourceGraph
 
 FIELD_ALIASES = {"x": "feat", "y": "label", "edge_attr": "feat"}
@@ -21,7 +22,7 @@ def stage(staging: str, key: str, array) -> NpyArray:
     """Save ``array`` as ``staging/key.npy`` and return it as a memory-mapped source."""
     path = os.path.join(staging, key.replace("/", "__").replace(":", "_") + ".npy")
     os.makedirs(staging, exist_ok=True)
-    np.save(path, np.ascontiguousarray(np.asarray(array)), allow_pickle=False)
+    save_npy(path, np.ascontiguousarray(np.asarray(array)))
     return NpyArray.open(path)
 
 
@@ -71,7 +72,7 @@ def from_numpy(path: str, staging: str, chunk_size: int, num_nodes: int | None,
         keys = list(arrays)
     else:
         try:
-            npz = np.load(path, allow_pickle=False)
+            npz = np.load(path)
             keys = list(npz.files)
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:  # truncated archive
             raise FormatError(f"unreadable or truncated NumPy file ({err})", file=path) from None

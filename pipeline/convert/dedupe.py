@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from formats import ChunkFiles, EdgeType, read_edge_chunk
-from formats.output import write_edge_chunk
+from formats.output import save_npy, write_edge_chunk
 from ..arrayops import unique_ints
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)
@@ -41,8 +41,8 @@ def bucket_chunk(task: BucketTask) -> None:
     b = bucket_of(keys, task.buckets)
     order = np.argsort(b, kind="stable")
     offsets = np.searchsorted(b[order], np.arange(task.buckets + 1, dtype=np.uint64))
-    np.save(task.target + ".keys.npy", keys[order])
-    np.save(task.target + ".offsets.npy", offsets.astype(np.int64))
+    save_npy(task.target + ".keys.npy", keys[order])
+    save_npy(task.target + ".offsets.npy", offsets.astype(np.int64))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from formats import ChunkedGraph, FormatError
+from formats.output import save_npy
 from formats.schema import METADATA
 from formats.validate import read_checked_edges
 from ..arrayops import unique_ints
@@ -140,7 +141,7 @@ def _metis_parts(task: MetisTask) -> dict:
         parts = rebalance(parts, xadj, adjncy, weights, opts.num_parts, opts.imbalance)
         parts = fill_empty_parts(parts, xadj, opts.num_parts)
     for t, off in type_offsets(graph).items():
-        np.save(os.path.join(task.out, f"{t}.npy"),
+        save_npy(os.path.join(task.out, f"{t}.npy"),
                 parts[off:off + graph.num_nodes[t]].astype(np.int32))
     return {"metis_edge_cut": int(cut), "csr_bytes": int(xadj.nbytes + adjncy.nbytes +
                                                            weights.nbytes)}

@@ -18,6 +18,7 @@ import numpy as np
 
 from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError
 from formats.assignment import Assignment
+from formats.output import save_npy
 from formats.validate import read_checked_edges
 from ..arrayops import unique_ints
 from ..convert.sources import DataField, open_field
@@ -62,7 +63,7 @@ def _edge_chunk_stats(task: EdgeStatsTask):
         if bounds[q + 1] > bounds[q]:
             folder = os.path.join(task.scratch, task.etype.src, f"p{q:05d}")
             os.makedirs(folder, exist_ok=True)
-            np.save(os.path.join(folder, f"c{task.index:06d}.npy"),
+            save_npy(os.path.join(folder, f"c{task.index:06d}.npy"),
                     keys[bounds[q]:bounds[q + 1]] - q * task.num_src)
     return np.bincount(pd, minlength=p), int(cut.sum())
 

@@ -23,10 +23,9 @@ import tempfile
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib import format as npformat
 
 from formats import ChunkedGraph, EdgeType, FormatError, load_chunked_graph
-from formats.npyio import read_rows
+from formats.npyio import npy_header_of, read_rows
 from formats.output import write_array_chunk
 from formats.partitioned import PartitionedGraph, load_partitioned
 from formats.validate import read_checked_edges
@@ -101,12 +100,7 @@ def npy_header(p: int, path: str) -> tuple[tuple[int, ...], np.dtype]:
     the bytes the header announces (a truncated file fails here, not deep inside a task).
     Reads the header only. Raises :class:`DamagedFile`."""
     try:
-        with open(path, "rb") as f:
-            version = npformat.read_magic(f)
-            read = npformat.read_array_header_1_0 if version == (1, 0) else \
-                npformat.read_array_header_2_0
-            shape, fortran, dtype = read(f)
-            offset = f.tell()
+        shape, dtype, offset, fortran = npy_header_of(path)
     except FileNotFoundError:
         raise DamagedFile(p, path, "file is missing") from None
     except (ValueError, OSError, EOFError) as err:

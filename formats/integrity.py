@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import xxhash
-from numpy.lib import format as npformat
 
 from .errors import FormatError
+from .npyio import npy_header_of
 from .output import write_json
 
 PART_JSON = "part.json"
@@ -106,12 +106,8 @@ def full_hash(path: str) -> str:
 def npy_header(path: str) -> tuple[str, tuple[int, ...], int]:
     """``(dtype, shape, data offset)`` from a ``.npy`` header; FormatError when unreadable."""
     try:
-        with open(path, "rb") as f:
-            version = npformat.read_magic(f)
-            read = npformat.read_array_header_1_0 if version == (1, 0) else \
-                npformat.read_array_header_2_0
-            shape, _, dtype = read(f)
-            return str(dtype), tuple(int(s) for s in shape), f.tell()
+        shape, dtype, offset, _ = npy_header_of(path)
+        return str(dtype), shape, offset
     except (ValueError, OSError, SyntaxError) as err:
         raise FormatError(f"not a readable .npy file ({err})", file=path, field="header") \
             from None

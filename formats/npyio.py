@@ -15,13 +15,25 @@ from numpy.lib import format as npformat
 from .output import writing
 
 
-def _header(f):
+def _parse_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
     version = npformat.read_magic(f)
     read = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
-    shape, fortran, dtype = read(f)
+    return read(f)
+
+
+def _header(f):
+    shape, fortran, dtype = _parse_header(f)
     if fortran:
         raise ValueError(f"{f.name}: Fortran-ordered arrays are not supported")
     return shape, dtype, f.tell()
+
+
+def npy_header_of(path: str) -> tuple[tuple[int, ...], np.dtype, int, bool]:
+    """``(shape, dtype, data offset, fortran_order)`` of a ``.npy`` (reads the header only).
+    Raises what numpy raises on a damaged header (ValueError, OSError, EOFError)."""
+    with open(path, "rb") as f:
+        shape, fortran, dtype = _parse_header(f)
+        return tuple(int(n) for n in shape), dtype, f.tell(), fortran
 
 
 def npy_shape(path: str) -> tuple[tuple[int, ...], np.dtype]:

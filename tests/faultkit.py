@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 
@@ -30,6 +31,17 @@ def tree_hash(path) -> str:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
     return h.hexdigest()
+
+
+def private_copies(base, dest, names=("G", "A", "D")):
+    """Copy the read-only fixture folders ``names`` of ``base`` into ``dest``; returns dest."""
+    for name in names:
+        shutil.copytree(os.path.join(base, name), os.path.join(dest, name))
+    return dest
+
+
+def hashes(*paths) -> list[str]:
+    return [tree_hash(p) for p in paths]
 
 
 def prep_fails(scheduler, *args, code: int, names=(), cluster: bool = True):

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from conftest import edges_of, node_data_of, shared_data
-from formats import load_chunked_graph
 from formats.partitioned import load_partitioned
 
 

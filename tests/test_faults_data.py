@@ -13,7 +13,6 @@ import gzip
 import json
 import logging
 import os
-import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import run_prep
-from faultkit import prep_fails, tree_hash
+from faultkit import hashes, prep_fails, private_copies, tree_hash
 
 pytestmark = pytest.mark.faults
 
@@ -44,13 +43,7 @@ def base(scheduler, tmp_path_factory):
 @pytest.fixture
 def work(base, tmp_path):
     """Private copies of G, A and D."""
-    for name in ("G", "A", "D"):
-        shutil.copytree(base / name, tmp_path / name)
-    return tmp_path
-
-
-def hashes(*paths):
-    return [tree_hash(p) for p in paths]
+    return private_copies(base, tmp_path)
 
 
 def nothing_written(folder, out):

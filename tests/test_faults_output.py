@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from faultkit import PREP, ROOT, assert_clean_exit, prep_fails, run_cli, tree_hash
+from faultkit import (PREP, ROOT, assert_clean_exit, hashes, prep_fails, private_copies, run_cli,
+                      tree_hash)
 
 pytestmark = pytest.mark.faults
 
@@ -36,14 +37,8 @@ def base(scheduler, tmp_path_factory):
 
 @pytest.fixture
 def work(base, tmp_path):
-    """Private copies of G, A and D, with their hashes before the test."""
-    for name in ("G", "A", "D"):
-        shutil.copytree(base / name, tmp_path / name)
-    return tmp_path
-
-
-def hashes(*paths):
-    return [tree_hash(p) for p in paths]
+    """Private copies of G, A and D."""
+    return private_copies(base, tmp_path)
 
 
 def no_leftovers(folder):

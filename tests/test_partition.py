@@ -9,9 +9,8 @@ import pymetis
 import pytest
 
 from conftest import edges_of, node_data_of, shared_data
-from formats import FormatError, load_chunked_graph, read_edge_chunk
+from formats import FormatError, load_chunked_graph
 from formats.assignment import load_assignment
-from pipeline.partition.metis_method import symmetric_csr
 
 
 @pytest.fixture(scope="module")

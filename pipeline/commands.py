@@ -20,8 +20,10 @@ chunk_size_option = click.option(
     help="Rows per output chunk (edges and node data). A task holds about one chunk.")
 overwrite_option = click.option(
     "--overwrite", is_flag=True,
-    help="Replace OUT if it exists. Without it, a rerun with the same inputs and options "
-         "is a no-op and a different one is refused.")
+    help="Replace OUT if it exists: the new output is built beside it and swapped in only "
+         "when complete, so a failed run leaves the old one. Without it, a rerun with the "
+         "same inputs and options is a no-op and a different one is refused. Never allowed "
+         "when OUT is, contains or lies inside an input.")
 nan_option = click.option(
     "--nan", "nan_policy", type=click.Choice(NAN_POLICIES), default="error",
     help="NaN/inf in float node or edge data: fail, log a warning, or accept silently.")
@@ -256,8 +258,9 @@ def dispatch(chunked, assignment, out, machines, range_size, nan_policy, overwri
     CSC per edge type, 1-hop halo, features, labels, masks, original-ID maps, graph.json.
 
     Out of core: edges are bucketed by owner part on disk and a part is built one destination
-    sub-range at a time; no task holds all edges. Resumable: rerun the same command after a
-    failure or kill to finish the job with the same bytes.
+    sub-range at a time; no task holds all edges. Built in .OUT.partial beside OUT and swapped
+    in when complete (on each machine, for its parts). Resumable: rerun the same command after
+    a kill to finish the job with the same bytes.
     """
     from dispatch.job import run_dispatch
 

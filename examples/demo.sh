@@ -17,12 +17,8 @@ echo "== prep synth: 200k-edge graph with planted communities"
 echo "== prep synth --hetero: ogbn-mag-shaped graph"
 "$PREP" synth "$OUT/synth-mag" --hetero --nodes 20000 --edges 200000
 
-if [ -d ../shared/data/planetoid ]; then
-  echo "== prep chunk: Cora from its raw Planetoid files"
-  "$PREP" chunk ../shared/data/planetoid "$OUT/cora" --name cora
-else
-  echo "== (../shared/data/planetoid not here: skipping Cora)"
-fi
+echo "== prep chunk: Cora from its raw Planetoid files (bundled in examples/data)"
+"$PREP" chunk examples/data/planetoid "$OUT/cora" --name cora
 
 echo "== prep partition: random and METIS (train-balanced) into 4 parts"
 "$PREP" partition "$OUT/synth" "$OUT/parts-random" -p 4 --method random
@@ -34,14 +30,13 @@ echo "== prep dispatch: 4 parts delivered to 2 (simulated) machines, then prep v
 
 echo "== prep chunk: a chunked graph in (DGL's format reader), re-chunked and validated"
 "$PREP" chunk "$OUT/synth" "$OUT/synth-rechunked" --chunk-size 50000
-if [ -d "$OUT/cora" ]; then
-  echo "== Cora: partition (METIS, 2 parts) -> dispatch -> train GraphSAGE on 2 ranks"
-  "$PREP" partition "$OUT/cora" "$OUT/cora-metis" -p 2 --method metis --balance train
-  "$PREP" dispatch "$OUT/cora" "$OUT/cora-metis" "$OUT/cora-partitioned"
-  "$PYTHON" -m trainer --graph "$OUT/cora-partitioned/graph.json" --fanouts 10,10 \
-    --batch-size 32 --lr 0.01 --epochs 12 --checkpoint-dir "$OUT/checkpoints/cora" \
-    --metrics-out "$OUT/cora-train.json"
-fi
+
+echo "== Cora: partition (METIS, 2 parts) -> dispatch -> train GraphSAGE on 2 ranks"
+"$PREP" partition "$OUT/cora" "$OUT/cora-metis" -p 2 --method metis --balance train
+"$PREP" dispatch "$OUT/cora" "$OUT/cora-metis" "$OUT/cora-partitioned"
+"$PYTHON" -m trainer --graph "$OUT/cora-partitioned/graph.json" --fanouts 10,10 \
+  --batch-size 32 --lr 0.01 --epochs 12 --checkpoint-dir "$OUT/checkpoints/cora" \
+  --metrics-out "$OUT/cora-train.json"
 
 echo "== train GraphSAGE on the 4 synth parts just made (4 ranks: RPC sampling + DDP)"
 "$PYTHON" -m trainer --graph "$OUT/partitioned/graph.json" --fanouts 10,5 --epochs 3 \

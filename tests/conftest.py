@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from formats import EdgeType, load_chunked_graph, read_array_chunk, read_edge_chunk
 
 SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+BUNDLED_DATA = os.path.join(os.path.dirname(__file__), "..", "examples", "data")
 
 
 @pytest.fixture(scope="session")
@@ -69,7 +70,10 @@ def mag_parts(scheduler, tmp_path_factory):
 
 
 def shared_data(*parts) -> str:
-    path = os.path.join(SHARED_DATA, *parts)
+    """A real dataset: bundled in examples/data (Cora, CiteSeer), else from ../shared/data."""
+    path = os.path.join(BUNDLED_DATA, *parts)
+    if not os.path.exists(path):
+        path = os.path.join(SHARED_DATA, *parts)
     if not os.path.exists(path):
         pytest.skip(f"shared dataset {os.path.join(*parts)} not present on this machine")
     return path

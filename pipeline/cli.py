@@ -13,6 +13,7 @@ import sys
 import click
 
 from formats import FormatError
+from formats.console import setup_logging, show_progress
 from .cluster import LOST_WORKER_TIMEOUT_KEY, LOST_WORKER_TIMEOUT_S, ClusterOptions
 
 log = logging.getLogger("pipeline")
@@ -72,7 +73,8 @@ def cluster_options(fn):
     @click.option("--memory-limit", default="auto", show_default=True,
                   help="Memory limit per embedded worker, e.g. 4GiB; 'auto' splits system memory.")
     @click.option("--progress/--no-progress", default=True, show_default=True,
-                  help="Show progress bars on stderr.")
+                  help="Show progress bars on stderr (only when it is a terminal and "
+                       "TQDM_DISABLE is unset).")
     @click.option("--lost-worker-timeout", type=click.FloatRange(1), default=LOST_WORKER_TIMEOUT_S,
                   metavar="SECONDS",
                   help="A worker that left the cluster while tasks pinned to it (a --machines "
@@ -86,7 +88,7 @@ def cluster_options(fn):
         import dask
 
         _setup_logging(verbose)
-        cluster = ClusterOptions(scheduler, workers, memory_limit, progress)
+        cluster = ClusterOptions(scheduler, workers, memory_limit, show_progress(progress))
         with dask.config.set({LOST_WORKER_TIMEOUT_KEY: lost_worker_timeout}):
             return fn(*args, cluster=cluster, **kwargs)
     return wrapper
@@ -102,7 +104,7 @@ def local_path(ctx, param, value):
 
 def _setup_logging(verbose: int) -> None:
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", force=True)
+    setup_logging(level, "prep")
 
 
 @click.group(cls=PrepGroup, context_settings={"help_option_names": ["-h", "--help"],

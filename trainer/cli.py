@@ -21,6 +21,7 @@ import warnings
 
 import click
 
+from formats.console import setup_logging
 from formats.errors import FormatError
 from formats.partitioned import load_partitioned
 
@@ -101,7 +102,8 @@ class OneLineErrors(click.Command):
               help="Write per-epoch metrics (accuracy, time breakdown, RPC bytes) as JSON here.")
 @click.option("--threads", default=0, help="torch threads per rank; 0 = this machine's cores "
                                            "divided by its ranks.")
-@click.option("--progress/--no-progress", default=True, help="Progress bar on rank 0.")
+@click.option("--progress/--no-progress", default=True, help="Progress bar on rank 0 (only when stderr is a terminal and TQDM_DISABLE is "
+                   "unset).")
 @click.option("-v", "--verbose", is_flag=True, help="Log every rank, not only rank 0.")
 @click.option("--fail-rank", default=None, type=int, hidden=True)
 @click.option("--fail-mode", default="raise", type=click.Choice(FAIL_MODES), hidden=True)
@@ -200,6 +202,4 @@ def _run_as_rank(cfg, meta, rank: int, threads: int) -> None:
 def _setup_logging(rank: str | None, verbose: bool) -> None:
     tag = "launcher" if rank is None else f"rank {rank}"
     level = logging.INFO if rank in (None, "0") or verbose else logging.WARNING
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format=f"%(asctime)s [{tag}] %(levelname)s %(message)s",
-                        datefmt="%H:%M:%S")
+    setup_logging(level, tag)

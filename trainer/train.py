@@ -23,6 +23,7 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from formats.console import show_progress
 from formats.memory import peak_rss_bytes
 from formats.partitioned import load_partitioned
 
@@ -181,7 +182,7 @@ def _train_epoch(rank: Rank, ddp, optimizer, loader: NodeLoader, epoch: int):
     loss_sum = torch.zeros((), dtype=torch.float64)
     correct = seen = 0
     bar = tqdm(total=len(loader), desc=f"epoch {epoch}", unit="batch", leave=False,
-               disable=env.rank != 0 or not cfg.progress)
+               disable=env.rank != 0 or not show_progress(cfg.progress))
     with Join([ddp]):
         for i, batch in enumerate(loader.epoch(epoch)):
             if cfg.fail_rank == env.rank and epoch == cfg.fail_epoch and i == 0:

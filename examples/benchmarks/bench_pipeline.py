@@ -1,8 +1,8 @@
 """Benchmark of the whole preparation pipeline; prints one JSON object.
 
-synth (the chunk step) -> partition (random, 4 parts) -> dispatch -> verify on a synth graph of
-10^7 edges (and 10^8 with --large): seconds, edges/s per step, peak RSS per worker (fresh
-workers per step), output size. Baseline in the same run: an in-memory single-process route
+synth (the chunk step) -> partition (--method, default random; 4 parts) -> dispatch -> verify on
+a synth graph of 10^7 edges (and 10^8 with --large; only 10^9 with --huge): seconds, edges/s
+per step, peak RSS per worker (fresh workers per step), disk used, output size. Baseline in the same run: an in-memory single-process route
 (load all edges and node data, numpy argsort relabel, write the same part files).
 """
 
@@ -81,26 +81,34 @@ def step(name, edges, fn):
             "worker_peak_rss_mb": rss}
 
 
-def pipeline(tmp: str, edges: int, parts: int) -> dict:
+def pipeline(tmp: str, edges: int, parts: int, method: str = "random",
+             baseline: bool = True) -> dict:
+    """synth -> partition (``method``) -> dispatch -> verify at ``edges`` edges, each step on
+    fresh workers; disk used after each step. ``baseline``: also the in-memory route (it holds
+    every edge: skip it where that does not fit in memory)."""
     g, a, d = (os.path.join(tmp, x) for x in ("graph", "assign", "parts"))
     spec = SynthSpec(num_nodes=edges // 10, num_edges=edges, feat_dim=16)
-    res = {"edges": edges, "nodes": spec.num_nodes, "parts": parts}
+    res = {"edges": edges, "nodes": spec.num_nodes, "parts": parts, "method": method}
     res["synth"] = step("synth", edges, lambda o: run_synth(spec, g, 1 << 20, o))
-    res["partition_random"] = step("partition", edges, lambda o: run_partition(
-        g, a, "random", PartitionOptions(parts), o))
+    res["synth"]["disk_mb"] = round(du(g) / 2**20)
+    res[f"partition_{method}"] = step("partition", edges, lambda o: run_partition(
+        g, a, method, PartitionOptions(parts), o))
+    res[f"partition_{method}"]["disk_mb"] = round(du(a) / 2**20)
     res["dispatch"] = step("dispatch", edges, lambda o: run_dispatch(g, a, d, o))
     res["verify"] = step("verify", edges, lambda o: run_verify(g, d, o))
     res["output_mb"] = round(du(d) / 2**20)
-    base = run_baseline(IN_MEMORY.format(graph=g, out=os.path.join(tmp, "inmem"), parts=parts,
-                                         assignment=a))
-    res["in_memory_route"] = {"seconds": round(base["seconds"], 2),
-                              "peak_rss_mb": round(base["peak_rss_mb"], 1)}
-    res["dispatch_throughput_vs_in_memory"] = round(base["seconds"] /
-                                                    res["dispatch"]["seconds"], 3)
-    peak = max(max(res[s]["worker_peak_rss_mb"]) for s in ("synth", "partition_random",
-                                                          "dispatch", "verify"))
+    steps = ("synth", f"partition_{method}", "dispatch", "verify")
+    res["total_s"] = round(sum(res[s]["seconds"] for s in steps), 1)
+    peak = max(max(res[s]["worker_peak_rss_mb"]) for s in steps)
     res["max_worker_peak_rss_mb"] = peak
-    res["peak_rss_vs_in_memory"] = round(peak / base["peak_rss_mb"], 3)
+    if baseline:
+        base = run_baseline(IN_MEMORY.format(graph=g, out=os.path.join(tmp, "inmem"),
+                                             parts=parts, assignment=a))
+        res["in_memory_route"] = {"seconds": round(base["seconds"], 2),
+                                  "peak_rss_mb": round(base["peak_rss_mb"], 1)}
+        res["dispatch_throughput_vs_in_memory"] = round(base["seconds"] /
+                                                        res["dispatch"]["seconds"], 3)
+        res["peak_rss_vs_in_memory"] = round(peak / base["peak_rss_mb"], 3)
     shutil.rmtree(tmp)
     os.makedirs(tmp)
     return res
@@ -109,14 +117,21 @@ def pipeline(tmp: str, edges: int, parts: int) -> dict:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--edges", type=int, default=10**7)
-    ap.add_argument("--large", action="store_true", help="also run 10^8 edges")
+    ap.add_argument("--large", action="store_true", help="also run 10 x --edges")
+    ap.add_argument("--huge", action="store_true",
+                    help="only 10^9 edges, without the in-memory baseline (it would hold "
+                         "~40 GB); needs ~60 GB of free disk")
     ap.add_argument("--parts", type=int, default=4)
+    ap.add_argument("--method", default="random", help="partition method")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench_pipeline_", dir=os.getcwd())
     try:
-        result = {"small": pipeline(tmp, args.edges, args.parts)}
-        if args.large:
-            result["large"] = pipeline(tmp, 10 * args.edges, args.parts)
+        if args.huge:
+            result = {"huge": pipeline(tmp, 10**9, args.parts, args.method, baseline=False)}
+        else:
+            result = {"small": pipeline(tmp, args.edges, args.parts, args.method)}
+        if args.large and not args.huge:
+            result["large"] = pipeline(tmp, 10 * args.edges, args.parts, args.method)
             result["rss_growth"] = round(result["large"]["max_worker_peak_rss_mb"]
                                          / result["small"]["max_worker_peak_rss_mb"], 3)
         print(json.dumps(result, indent=2))

@@ -187,9 +187,15 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
 @click.argument("out", type=click.Path(file_okay=False), required=False, callback=local_path)
 @click.option("-p", "--num-parts", type=click.IntRange(1), default=None,
               help="Number of partitions (required unless --stats).")
-@click.option("--method", type=click.Choice(["random", "metis"]), default="random",
+@click.option("--method", type=click.Choice(["random", "metis", "multilevel"]),
+              default="random",
               help="random: seeded, exactly balanced per node type, chunk by chunk. metis: "
-                   "pymetis on the whole graph in one task (holds its CSR: see docs).")
+                   "pymetis on the whole graph in one task (holds its CSR: see docs). "
+                   "multilevel: coarsen chunk by chunk, METIS on the coarse graph, refine.")
+@click.option("--coarse-edges", type=click.IntRange(1), default=None, metavar="EDGES",
+              help="multilevel: coarsen until at most EDGES edges are left. Default: derived "
+                   "from memory (a third of what --method metis would need, within the "
+                   "worker memory limit).")
 @click.option("--balance", default="", metavar="ntypes,train,edges",
               help="METIS balance constraints: node counts per type, train_mask counts, "
                    "in-degree (edges). Default: node counts.")
@@ -207,8 +213,8 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
               help="Also write DGL's <ntype>.txt assignment files.")
 @overwrite_option
 @cluster_options
-def partition(chunked, out, num_parts, method, balance, objective, imbalance, seed, stats_of,
-              dgl_compat, overwrite, cluster: ClusterOptions):
+def partition(chunked, out, num_parts, method, coarse_edges, balance, objective, imbalance, seed,
+              stats_of, dgl_compat, overwrite, cluster: ClusterOptions):
     """Partition the chunked graph CHUNKED into the assignment folder OUT: a partition id per
     node of every type, plus statistics (edge cut, per-part nodes/edges/splits/halo, imbalance)
     printed as a table and stored in OUT/partition_meta.json.
@@ -226,11 +232,12 @@ def partition(chunked, out, num_parts, method, balance, objective, imbalance, se
         if k not in BALANCE_KEYS:
             raise click.BadParameter(f"{k!r} (choose from {', '.join(BALANCE_KEYS)})",
                                      param_hint="--balance")
-    if keys and method != "metis":
-        raise click.BadParameter("balance constraints apply to --method metis (random is "
-                                 "exactly balanced per node type)", param_hint="--balance")
+    if keys and method == "random":
+        raise click.BadParameter("balance constraints apply to --method metis and multilevel "
+                                 "(random is exactly balanced per node type)",
+                                 param_hint="--balance")
     meta = run_partition(chunked, out, method, PartitionOptions(num_parts, seed, keys, objective,
-                                                                imbalance),
+                                                                imbalance, coarse_edges),
                          cluster, overwrite, dgl_compat)
     if meta is not None:
         click.echo(f"{out}: {meta.algo_name}, {meta.num_parts} parts")

@@ -1,7 +1,9 @@
 """Benchmark of prep partition; prints one JSON object.
 
 On a synth graph of 10^7 edges (``--edges`` to change), for P = 2, 4, 8: time, worker peak
-RSS and edge cut of ``--method random`` and ``--method metis``, and graphprep's METIS step
+RSS and edge cut of ``--method random``, ``--method metis`` and ``--method multilevel`` (default
+budget: derived from memory; ``--coarse-edges`` to force one; its cut is also given as a ratio
+to metis's, with the coarsening levels), and graphprep's METIS step
 (CSR assembly from the chunks + METIS + assignment + statistics) against a direct
 single-process pymetis call on the same graph in the same run (the baseline reads the same
 Parquet chunks, builds the same symmetric CSR with numpy and calls ``pymetis.part_graph``).
@@ -48,20 +50,29 @@ RESULT = {{"seconds": time.perf_counter() - t, "metis_edge_cut": cut}}
 """
 
 
-def run_ours(graph: str, out: str, method: str, p: int) -> dict:
+def run_ours(graph: str, out: str, method: str, p: int, coarse_edges: int | None = None) -> dict:
     with fresh_cluster() as (opts, client):
         with timer() as t:
-            meta = run_partition(graph, out, method, PartitionOptions(p), opts, overwrite=True)
+            meta = run_partition(graph, out, method,
+                                 PartitionOptions(p, coarse_edges=coarse_edges), opts,
+                                 overwrite=True)
         rss = worker_peak_rss_mb(client)
     s = meta.stats
-    return {"seconds": round(t["s"], 2), "worker_peak_rss_mb": rss, "edge_cut": s["edge_cut"],
-            "cut_ratio": s["cut_ratio"], "imbalance_nodes": s["imbalance"]["nodes"]}
+    row = {"seconds": round(t["s"], 2), "worker_peak_rss_mb": rss, "edge_cut": s["edge_cut"],
+           "cut_ratio": s["cut_ratio"], "imbalance_nodes": s["imbalance"]["nodes"]}
+    if method == "multilevel":
+        row.update(levels=s["levels"], coarse_edge_budget=s["coarse_edge_budget"],
+                   budget=s["budget"])
+    return row
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--edges", type=int, default=10**7)
     ap.add_argument("--parts", default="2,4,8")
+    ap.add_argument("--coarse-edges", type=int, default=None,
+                    help="multilevel budget (default: derived from memory)")
+    ap.add_argument("--methods", default="random,metis,multilevel,direct")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench_partition_")
     try:
@@ -71,16 +82,26 @@ def main():
             run_synth(spec, graph, 1 << 20, opts)
         result = {"graph": {"nodes": spec.num_nodes, "edges": spec.num_edges}, "runs": {}}
         for p in (int(x) for x in args.parts.split(",")):
-            rnd = run_ours(graph, os.path.join(tmp, f"r{p}"), "random", p)
-            metis = run_ours(graph, os.path.join(tmp, f"m{p}"), "metis", p)
-            direct = run_baseline(DIRECT.format(graph=graph, n=spec.num_nodes, p=p))
-            result["runs"][str(p)] = {
-                "random": rnd, "metis": metis,
-                "direct_pymetis": {k: round(v, 2) if isinstance(v, float) else v
-                                   for k, v in direct.items() if v is not None},
-                "metis_overhead_time": round(metis["seconds"] / direct["seconds"], 3),
-                "metis_overhead_peak_rss": round(max(metis["worker_peak_rss_mb"])
-                                                 / direct["peak_rss_mb"], 3)}
+            methods = args.methods.split(",")
+            row = result["runs"][str(p)] = {}
+            if "random" in methods:
+                row["random"] = run_ours(graph, os.path.join(tmp, f"r{p}"), "random", p)
+            if "metis" in methods:
+                row["metis"] = run_ours(graph, os.path.join(tmp, f"m{p}"), "metis", p)
+            if "multilevel" in methods:
+                ml = row["multilevel"] = run_ours(graph, os.path.join(tmp, f"l{p}"),
+                                                  "multilevel", p, args.coarse_edges)
+                if "metis" in row:
+                    ml["cut_vs_metis"] = round(ml["edge_cut"] / row["metis"]["edge_cut"], 4)
+            if "direct" in methods:
+                direct = run_baseline(DIRECT.format(graph=graph, n=spec.num_nodes, p=p))
+                row["direct_pymetis"] = {k: round(v, 2) if isinstance(v, float) else v
+                                         for k, v in direct.items() if v is not None}
+                if "metis" in row:
+                    row["metis_overhead_time"] = round(row["metis"]["seconds"] /
+                                                       direct["seconds"], 3)
+                    row["metis_overhead_peak_rss"] = round(max(row["metis"]["worker_peak_rss_mb"])
+                                                           / direct["peak_rss_mb"], 3)
         print(json.dumps(result, indent=2))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -20,12 +20,14 @@ from ..guard import OutputLock, guarded_output
 from ..step import up_to_date
 from .base import PartitionOptions
 from .metis_method import MetisPartitioner
+from .multilevel import MultilevelPartitioner
 from .random_method import RandomPartitioner
 from .stats import format_table, partition_stats
 
 log = logging.getLogger(__name__)
 
-PARTITIONERS = {"random": RandomPartitioner, "metis": MetisPartitioner}
+PARTITIONERS = {"random": RandomPartitioner, "metis": MetisPartitioner,
+                "multilevel": MultilevelPartitioner}
 
 
 def run_partition(chunked: str, out: str, method: str, options: PartitionOptions,

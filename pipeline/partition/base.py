@@ -20,6 +20,7 @@ class PartitionOptions:
     balance: tuple[str, ...] = ()      # subset of BALANCE_KEYS (METIS vertex-weight constraints)
     objective: str = "cut"            # METIS: "cut" (edge cut) or "vol" (communication volume)
     imbalance: float = 0.03           # METIS: allowed load imbalance per constraint (3%)
+    coarse_edges: int | None = None   # multilevel: coarse-edge budget (None: derived from memory)
 
 
 class Partitioner(Protocol):

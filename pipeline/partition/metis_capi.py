@@ -38,12 +38,16 @@ def _p(array: np.ndarray | None):
 
 def part_graph(num_parts: int, xadj: np.ndarray, adjncy: np.ndarray, vweights: np.ndarray,
                *, seed: int = 0, objective: int = 0, ufactor: int = 30,
-               recursive: bool | None = None) -> tuple[int, np.ndarray]:
+               recursive: bool | None = None,
+               eweights: np.ndarray | None = None) -> tuple[int, np.ndarray]:
     """Partition an undirected graph (CSR with both directions) into ``num_parts``.
 
     ``vweights`` is ``[n, ncon]``: METIS balances every column within ``ufactor``/1000.
     ``recursive`` None picks pymetis's default: recursive bisection for <= 8 parts, else k-way.
-    Returns ``(edge cut, part of each vertex)``.
+    ``eweights``: one positive weight per ``adjncy`` entry (METIS's ``adjwgt``; both directions
+    of an edge must carry the same weight), None for unit weights; the cut is then weighted.
+    Returns ``(edge cut, part of each vertex)``. Holds int-width copies of the arrays when
+    their dtype is not METIS's ``idx_t``.
     """
     n = len(xadj) - 1
     if num_parts == 1 or n == 0:
@@ -53,6 +57,9 @@ def part_graph(num_parts: int, xadj: np.ndarray, adjncy: np.ndarray, vweights: n
         recursive = num_parts <= 8
     xadj = np.ascontiguousarray(xadj, dtype=_IDX)
     adjncy = np.ascontiguousarray(adjncy, dtype=_IDX)
+    adjwgt = None if eweights is None else np.ascontiguousarray(eweights, dtype=_IDX)
+    if adjwgt is not None and len(adjwgt) != len(adjncy):
+        raise ValueError(f"{len(adjwgt)} edge weights for {len(adjncy)} adjacency entries")
     options = np.zeros(_NOPTIONS, dtype=_IDX)
     lib = _lib()
     lib.METIS_SetDefaultOptions(_p(options))
@@ -63,7 +70,7 @@ def part_graph(num_parts: int, xadj: np.ndarray, adjncy: np.ndarray, vweights: n
     nparts, edgecut = np.array([num_parts], _IDX), np.zeros(1, _IDX)
     part = np.empty(n, dtype=_IDX)
     fn = lib.METIS_PartGraphRecursive if recursive else lib.METIS_PartGraphKway
-    status = fn(_p(nvtxs), _p(ncon), _p(xadj), _p(adjncy), _p(weights), None, None,
+    status = fn(_p(nvtxs), _p(ncon), _p(xadj), _p(adjncy), _p(weights), None, _p(adjwgt),
                 _p(nparts), None, None, _p(options), _p(edgecut), _p(part))
     if status != _OK:
         raise RuntimeError(f"METIS failed: {_ERRORS.get(status, status)}")

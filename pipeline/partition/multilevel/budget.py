@@ -1,0 +1,64 @@
+"""The coarse-edge budget (issue 18): how small the coarsest graph must be, from memory.
+
+``--method metis`` peaks at about 270 bytes per input edge (README "Memory": 2.7 GB measured
+at 10^7 edges: CSR, the sort of the keys, METIS's copies). METIS on the coarse graph costs the
+same per edge plus its edge weights (adjwgt: the coarse CSR is ~1.5x the unweighted one). The
+budget keeps the coarse METIS task within a third of what ``metis`` would need on the input,
+and within half of the smallest worker's memory limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+METIS_BYTES_PER_EDGE = 270          # measured peak of --method metis per input edge
+WEIGHTED_FACTOR = 1.5               # coarse CSR carries adjwgt
+SHARE_OF_METIS = 1 / 3
+SHARE_OF_WORKER = 0.5
+MIN_EDGES = 10_000                  # below this, METIS's memory is negligible anyway
+
+
+@dataclass(frozen=True)
+class Budget:
+    edges: int                       # undirected coarse edges allowed
+    how: str                         # the derivation, logged and stored in the statistics
+
+
+def coarse_bytes(edges: int) -> int:
+    """Estimated peak bytes of the coarse METIS task for ``edges`` undirected coarse edges."""
+    return int(edges * METIS_BYTES_PER_EDGE * WEIGHTED_FACTOR)
+
+
+def derive_budget(input_edges: int, worker_bytes: int | None, override: int | None) -> Budget:
+    """The budget: ``override`` when given (``--coarse-edges``), else from memory."""
+    if override is not None:
+        return Budget(int(override), f"--coarse-edges {override}")
+    by_share = int(input_edges * SHARE_OF_METIS / WEIGHTED_FACTOR)
+    how = (f"1/3 of --method metis's ~{METIS_BYTES_PER_EDGE * input_edges / 1e9:.2f} GB on "
+           f"{input_edges:,} edges at {METIS_BYTES_PER_EDGE * WEIGHTED_FACTOR:.0f} B per "
+           f"weighted coarse edge -> {by_share:,}")
+    edges = by_share
+    if worker_bytes:
+        by_worker = int(worker_bytes * SHARE_OF_WORKER / (METIS_BYTES_PER_EDGE *
+                                                          WEIGHTED_FACTOR))
+        how += f"; half the worker limit {worker_bytes / 1e9:.2f} GB -> {by_worker:,}"
+        edges = min(edges, by_worker)
+    edges = max(edges, MIN_EDGES)
+    return Budget(edges, how + f"; budget {edges:,} coarse edges")
+
+
+def worker_memory_bytes(runner) -> int | None:
+    """The smallest Dask worker memory limit (None: unlimited or an in-process runner, then
+    this machine's memory)."""
+    client = getattr(runner, "client", None)
+    if client is not None:
+        limits = [w.get("memory_limit") or 0
+                  for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+        limits = [x for x in limits if x]
+        if limits:
+            return int(min(limits))
+    try:
+        import psutil
+        return int(psutil.virtual_memory().total)
+    except ImportError:
+        return None

@@ -1,0 +1,204 @@
+"""Size-constrained label propagation: one level's nodes -> clusters (labels on disk).
+
+Labels and cluster weights (``[n, ncon]``, one column per balance constraint) live in
+memory-mapped ``.npy`` files, double-buffered per round. A round is three passes, each one task
+per node range, every task writing only its own rows:
+
+1. *propose*: each node picks the neighbouring cluster of largest connection weight (ties: a
+   seeded hash), if it beats its own cluster's and the cluster (by the previous round's
+   weights) still has room for it in every constraint. A seeded coin splits nodes into movers
+   and stayers each round, and only clusters labelled by a stayer receive: two singletons can
+   never swap places. Proposals are written bucketed by the target's range.
+2. *accept*: per target range, proposals sorted by (target, gain desc, hash, node); each
+   target takes them while its weight + the running sum stays within the cap (a vectorized
+   segmented cumsum).
+3. *apply*: labels and weights of the next round for the range.
+
+Every decision depends on the previous round's files only: the same seed gives the same labels
+for any worker count and range size. Hubs heavier than the cap stay singletons.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from formats.output import save_npy
+
+from .layout import Level, mix, new_array, sum_by_key
+
+FIXED = 5            # proposal columns before the weights: node, target, gain, tie, old label
+
+
+@dataclass(frozen=True)
+class RoundFiles:
+    folder: str
+    round: int
+
+    def state(self, name: str, nxt: bool) -> str:
+        return os.path.join(self.folder, f"{name}_{(self.round + nxt) % 2}.npy")
+
+    def scratch(self, name: str) -> str:
+        return os.path.join(self.folder, f"t{self.round:03d}.{name}")
+
+
+@dataclass(frozen=True)
+class RoundTask:
+    level: Level
+    r: int
+    files: RoundFiles
+    seed: int
+    caps: tuple[float, ...]
+
+
+def propose(task: RoundTask) -> int:
+    """Proposals of range ``r`` -> ``t###.p#####.npy`` (+ ``.off``: target-range offsets).
+    Holds the range's CSR and a few arrays per entry. Returns the number of proposals."""
+    lv, r, f = task.level, task.r, task.files
+    start, stop = lv.bounds(r)
+    n = lv.num_nodes
+    csr = lv.read_csr(r)
+    labels = np.load(f.state("labels", False), mmap_mode="r")
+    cw = np.load(f.state("cw", False), mmap_mode="r")
+    own = np.asarray(labels[start:stop])
+    vw = np.asarray(lv.vwgt()[start:stop])
+    keys, conn = sum_by_key(csr.rows() * n + np.asarray(labels[csr.adj]), csr.wgt)
+    row, cl = keys // n, keys % n
+    mine = cl == own[row]
+    self_conn = np.zeros(stop - start, dtype=np.int64)
+    self_conn[row[mine]] = conn[mine]
+    movers = (mix(task.seed, f.round, 1, start + row) & np.uint64(1)) == 1
+    stayers = (mix(task.seed, f.round, 1, cl) & np.uint64(1)) == 0
+    cand = np.flatnonzero(~mine & movers & stayers & (conn > self_conn[row]))
+    caps = np.asarray(task.caps)
+    w = vw[row[cand]]
+    fits = ((np.asarray(cw[cl[cand]]) + w <= caps) | (w == 0)).all(axis=1)
+    cand = cand[fits]
+    row, cl, conn = row[cand], cl[cand], conn[cand]
+    tie = (mix(task.seed, f.round, 2, start + row, cl) >> np.uint64(1)).astype(np.int64)
+    order = np.lexsort((tie, -conn, row))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = row[order][1:] != row[order][:-1]
+    pick = order[first]
+    row, cl = row[pick], cl[pick]
+    table = np.empty((len(pick), FIXED + lv.ncon), dtype=np.int64)
+    table[:, 0], table[:, 1] = start + row, cl
+    table[:, 2], table[:, 3] = conn[pick] - self_conn[row], tie[pick]
+    table[:, 4], table[:, FIXED:] = own[row], vw[row]
+    table = table[np.argsort(cl, kind="stable")]
+    bounds = np.arange(lv.num_ranges + 1, dtype=np.int64) * lv.range_size
+    save_npy(f.scratch(f"p{r:05d}.npy"), table)
+    save_npy(f.scratch(f"p{r:05d}.off.npy"), np.searchsorted(table[:, 1], bounds))
+    return len(table)
+
+
+def _slices(paths: list[str], s: int) -> np.ndarray:
+    parts = []
+    for p in paths:
+        off = np.load(p[:-4] + ".off.npy")
+        parts.append(np.asarray(np.load(p, mmap_mode="r")[off[s]:off[s + 1]]))
+    return np.concatenate(parts)
+
+
+def accept(task: RoundTask) -> int:
+    """Accept proposals into the clusters of range ``s = task.r`` within the caps; writes the
+    accepted moves by node range and by old-label range, and the dense weight increases of
+    the range. Holds the proposals into this range. Returns accepted moves."""
+    lv, s, f = task.level, task.r, task.files
+    start, stop = lv.bounds(s)
+    cw = np.load(f.state("cw", False), mmap_mode="r")
+    props = _slices([f.scratch(f"p{r:05d}.npy") for r in range(lv.num_ranges)], s)
+    props = props[np.lexsort((props[:, 0], props[:, 3], -props[:, 2], props[:, 1]))]
+    w = props[:, FIXED:]
+    first = np.ones(len(props), dtype=bool)
+    first[1:] = props[1:, 1] != props[:-1, 1]
+    group = np.cumsum(first) - 1
+    running = np.cumsum(w, axis=0)
+    running -= (running - w)[first][group]          # segmented cumsum per target
+    ok = ((np.asarray(cw[props[:, 1]]) + running <= np.asarray(task.caps)) |
+          (running == 0)).all(axis=1)
+    moves = props[ok]
+    bounds = np.arange(lv.num_ranges + 1, dtype=np.int64) * lv.range_size
+    bynode = moves[np.argsort(moves[:, 0], kind="stable")][:, :2]
+    save_npy(f.scratch(f"a{s:05d}.npy"), bynode)
+    save_npy(f.scratch(f"a{s:05d}.off.npy"), np.searchsorted(bynode[:, 0], bounds))
+    byold = moves[np.argsort(moves[:, 4], kind="stable")][:, [4] + list(range(FIXED, FIXED +
+                                                                              lv.ncon))]
+    save_npy(f.scratch(f"d{s:05d}.npy"), byold)
+    save_npy(f.scratch(f"d{s:05d}.off.npy"), np.searchsorted(byold[:, 0], bounds))
+    inc = np.zeros((stop - start, lv.ncon), dtype=np.int64)
+    np.add.at(inc, moves[:, 1] - start, moves[:, FIXED:])
+    save_npy(f.scratch(f"i{s:05d}.npy"), inc)
+    return len(moves)
+
+
+def apply(task: RoundTask) -> None:
+    """The next round's labels and cluster weights of range ``r``."""
+    lv, r, f = task.level, task.r, task.files
+    start, stop = lv.bounds(r)
+    labels = np.array(np.load(f.state("labels", False), mmap_mode="r")[start:stop])
+    cw = np.array(np.load(f.state("cw", False), mmap_mode="r")[start:stop])
+    moves = _slices([f.scratch(f"a{s:05d}.npy") for s in range(lv.num_ranges)], r)
+    labels[moves[:, 0] - start] = moves[:, 1]
+    cw += np.load(f.scratch(f"i{r:05d}.npy"))
+    dec = _slices([f.scratch(f"d{s:05d}.npy") for s in range(lv.num_ranges)], r)
+    np.subtract.at(cw, dec[:, 0] - start, dec[:, 1:])
+    out_l = np.load(f.state("labels", True), mmap_mode="r+")
+    out_w = np.load(f.state("cw", True), mmap_mode="r+")
+    out_l[start:stop], out_w[start:stop] = labels, cw
+    out_l.flush()
+    out_w.flush()
+
+
+@dataclass(frozen=True)
+class InitTask:
+    level: Level
+    r: int
+    files: RoundFiles
+
+
+def init_range(task: InitTask) -> None:
+    """Round 0 of range ``r``: every node its own cluster, cluster weights = vertex weights."""
+    lv, r, f = task.level, task.r, task.files
+    start, stop = lv.bounds(r)
+    labels = np.load(f.state("labels", False), mmap_mode="r+")
+    cw = np.load(f.state("cw", False), mmap_mode="r+")
+    labels[start:stop] = np.arange(start, stop)
+    cw[start:stop] = lv.vwgt()[start:stop]
+    labels.flush()
+    cw.flush()
+
+
+def cluster(level: Level, seed: int, caps: np.ndarray, runner, max_rounds: int = 4,
+            min_moves: float = 0.01) -> tuple[str, str]:
+    """Run label propagation on ``level``; returns the paths of the final labels and cluster
+    weights (under ``level.folder/coarsen``). Stops after ``max_rounds`` or when a round moves
+    fewer than ``min_moves`` of the nodes."""
+    folder = level.path("coarsen")
+    os.makedirs(folder, exist_ok=True)
+    for b in (0, 1):
+        new_array(os.path.join(folder, f"labels_{b}.npy"), (level.num_nodes,))
+        new_array(os.path.join(folder, f"cw_{b}.npy"), (level.num_nodes, level.ncon))
+    ranges = range(level.num_ranges)
+    runner(init_range, [InitTask(level, r, RoundFiles(folder, 0)) for r in ranges],
+           "multilevel: coarsen init")
+    caps_t = tuple(float(c) for c in caps)
+    t = 0
+    for t in range(max_rounds):
+        files = RoundFiles(folder, t)
+        tasks = [RoundTask(level, r, files, seed, caps_t) for r in ranges]
+        runner(propose, tasks, "multilevel: coarsen propose")
+        moved = sum(runner(accept, tasks, "multilevel: coarsen accept"))
+        runner(apply, tasks, "multilevel: coarsen apply")
+        for name in os.listdir(folder):
+            if name.startswith(f"t{t:03d}."):
+                os.remove(os.path.join(folder, name))
+        if moved < min_moves * level.num_nodes:
+            t += 1
+            break
+    else:
+        t = max_rounds
+    final = RoundFiles(folder, t)
+    return final.state("labels", False), final.state("cw", False)

@@ -1,0 +1,141 @@
+"""``MultilevelPartitioner``: shuffle -> coarsen until the budget -> METIS -> uncoarsen.
+
+Every pass is one Dask task per node range (or per input chunk) holding O(range) data plus
+memory-mapped O(nodes) arrays; only the coarsest graph is held whole, by one task, and its size
+is the budget (``budget.py``). Intermediate files live in ``out/.multilevel`` (``out`` is the
+assignment's temporary folder), removed at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+
+import numpy as np
+
+from formats import ChunkedGraph, FormatError
+from formats.schema import METADATA
+
+from ..base import PartitionOptions, create_assignment_files
+from ..metis_method import OBJECTIVES, type_offsets
+from .budget import derive_budget, worker_memory_bytes
+from .coarsen import cluster
+from .coarsest import CoarsestTask, partition_coarsest
+from .contract import contract
+from .layout import Level
+from .refine import Refiner
+from .symmetric import build_level0
+
+log = logging.getLogger(__name__)
+
+STALL = 0.95          # a level keeping > 95% of the entries ends coarsening
+CAP_FACTOR = 16       # cluster weight cap: total / (P * CAP_FACTOR) per constraint
+MAX_LEVELS = 30
+
+
+@dataclass(frozen=True)
+class WriteTask:
+    level: Level
+    r: int
+    parts: str
+    out: str
+    spans: tuple[tuple[str, int, int], ...]       # (type, offset, count)
+
+
+def write_assignment(task: WriteTask) -> None:
+    """Range ``r`` of level-0 parts -> its slices of ``out/<ntype>.npy`` (int32)."""
+    start, stop = task.level.bounds(task.r)
+    parts = np.asarray(np.load(task.parts, mmap_mode="r")[start:stop]).astype(np.int32)
+    for t, off, count in task.spans:
+        a, b = max(start, off), min(stop, off + count)
+        if a < b:
+            out = np.load(os.path.join(task.out, f"{t}.npy"), mmap_mode="r+")
+            out[a - off:b - off] = parts[a - start:b - start]
+            out.flush()
+
+
+def range_totals(task: tuple[Level, int]) -> np.ndarray:
+    level, r = task
+    start, stop = level.bounds(r)
+    return np.asarray(level.vwgt()[start:stop]).sum(axis=0)
+
+
+class MultilevelPartitioner:
+    name = "multilevel"
+
+    def __init__(self, range_size: int = 1 << 17, coarsen_rounds: int = 4,
+                 refine_rounds: int = 12):
+        self.range_size, self.coarsen_rounds = range_size, coarsen_rounds
+        self.refine_rounds = refine_rounds
+        self.info: dict = {}
+
+    def assign(self, graph: ChunkedGraph, options: PartitionOptions, runner, out: str) -> str:
+        k = options.num_parts
+        total = sum(graph.num_nodes.values())
+        if k > total:
+            raise FormatError(f"{k} parts but the graph has {total} nodes: a part would be "
+                              "empty; use at most as many parts as nodes",
+                              file=graph.path(METADATA), field="--num-parts")
+        work = os.path.join(out, ".multilevel")
+        shutil.rmtree(work, ignore_errors=True)
+        try:
+            parts0 = self._run(graph, options, runner, work)
+            create_assignment_files(graph, out)
+            spans = tuple((t, off, graph.num_nodes[t]) for t, off in type_offsets(graph).items())
+            runner(write_assignment, [WriteTask(self.levels[0], r, parts0, out, spans)
+                                      for r in range(self.levels[0].num_ranges)],
+                   "multilevel: write")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return self.name
+
+    def _run(self, graph, options: PartitionOptions, runner, work: str) -> str:
+        k, seed = options.num_parts, options.seed
+        level = build_level0(graph, options.balance, os.path.join(work, "L00"),
+                             self.range_size, runner)
+        totals = sum(runner(range_totals, [(level, r) for r in range(level.num_ranges)],
+                            "multilevel: totals")).astype(np.float64)
+        budget = derive_budget(sum(graph.num_edges.values()), worker_memory_bytes(runner),
+                               getattr(options, "coarse_edges", None))
+        log.info("multilevel: coarse-edge budget: %s", budget.how)
+        entries = level.num_entries()
+        levels, sizes = [level], [(level.num_nodes, entries // 2)]
+        while entries // 2 > budget.edges and len(levels) < MAX_LEVELS:
+            labels, cw = cluster(level, seed * 1000 + len(levels), totals / (k * CAP_FACTOR),
+                                 runner, self.coarsen_rounds)
+            level, new_entries = contract(level, labels, cw,
+                                          os.path.join(work, f"L{len(levels):02d}"), runner)
+            levels.append(level)
+            sizes.append((level.num_nodes, new_entries // 2))
+            log.info("multilevel: level %d: %d nodes, %d edges", len(levels) - 1,
+                     level.num_nodes, new_entries // 2)
+            stalled = new_entries > STALL * entries
+            entries = new_entries
+            if stalled:
+                log.info("multilevel: coarsening stalled (< %d%% shrink)",
+                         round(100 * (1 - STALL)))
+                break
+        self.levels = levels
+        top = levels[-1]
+        coarse_parts = top.path("parts.npy")
+        (info,) = runner(partition_coarsest, [CoarsestTask(top, k, seed,
+                                                           OBJECTIVES[options.objective],
+                                                           options.imbalance, coarse_parts)],
+                         "multilevel: METIS")
+        caps = totals / k * (1 + options.imbalance)
+        for d in range(len(levels) - 2, -1, -1):
+            fine = levels[d]
+            refiner = Refiner(fine, k, caps, seed, runner)
+            parts = fine.path("parts.npy")
+            loads = refiner.project(coarse_parts, fine.path("f2c.npy"), parts)
+            loads = refiner.balance(parts, loads)
+            loads = refiner.refine(parts, loads, self.refine_rounds)
+            coarse_parts = parts
+        if len(levels) == 1:
+            refiner = Refiner(top, k, caps, seed, runner)
+            refiner.balance(coarse_parts, refiner.loads(coarse_parts))
+        self.info = dict(info, levels=[{"nodes": n, "edges": m} for n, m in sizes],
+                         coarse_edge_budget=budget.edges, budget=budget.how)
+        return coarse_parts

@@ -1,0 +1,300 @@
+"""Uncoarsening: projection, balanced label-propagation refinement, and a balance pass.
+
+Parts of a level live in a memory-mapped ``parts.npy`` (int64 per node). Every pass is one task
+per node range writing only its own rows of the next ``parts``; the client holds only ``[P,
+ncon]`` loads and small histograms, and decides from them:
+
+* refinement round: each node picks the neighbouring part of largest gain (connection weight
+  there minus at home; ties by a seeded hash) among parts with room for it; moves go only
+  from lower to higher part indices in even rounds and the other way in odd ones (two
+  neighbours cannot swap past each other). Tasks return a histogram ``(target, gain) ->
+  weight``; per target the client accepts gains from the top while the summed weight fits its
+  room (cap - load) in every constraint, and the tasks then apply exactly the moves above the
+  threshold. Departures are ignored when computing room, so no part ever goes over its cap.
+* balance round: nodes of over-cap parts that carry weight in an over constraint each pick
+  their best part with room (most connection, then most room); histogram ``(from, to, gain,
+  hash bucket) -> weight``; the client walks it by gain and accepts buckets while the source
+  is over and the target stays within every cap.
+
+Decisions depend only on the previous round's parts: identical for any worker count or range
+size.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .layout import Level, mix, new_array, sum_by_key
+
+log = logging.getLogger(__name__)
+
+GAIN_BITS, HASH_BUCKETS = 32, 64
+
+
+@dataclass(frozen=True)
+class PartsTask:
+    level: Level
+    r: int
+    num_parts: int
+    parts: str                         # current parts of the level
+    target: str = ""                   # next parts (written)
+    source: str = ""                   # projection: coarse parts
+    f2c: str = ""                      # projection: fine -> coarse map
+    round: int = 0
+    seed: int = 0
+    room: tuple = ()                   # [P][ncon] caps - loads
+    caps: tuple = ()
+    accept: tuple = ()                 # refine: min accepted gain per part; balance: keys
+
+
+def _loads(parts: np.ndarray, vw: np.ndarray, k: int) -> np.ndarray:
+    return np.stack([np.bincount(parts, weights=vw[:, c], minlength=k).astype(np.int64)
+                     for c in range(vw.shape[1])], axis=1)
+
+
+def project(task: PartsTask) -> np.ndarray:
+    """``parts[r] = coarse parts[f2c[r]]``; returns the range's ``[P, ncon]`` loads."""
+    start, stop = task.level.bounds(task.r)
+    f2c = np.asarray(np.load(task.f2c, mmap_mode="r")[start:stop])
+    parts = np.asarray(np.load(task.source, mmap_mode="r")[f2c])
+    out = np.load(task.parts, mmap_mode="r+")
+    out[start:stop] = parts
+    out.flush()
+    return _loads(parts, np.asarray(task.level.vwgt()[start:stop]), task.num_parts)
+
+
+def _connections(task: PartsTask):
+    """``(own parts, vw, entry rows, entry parts, connection weight, own connection)``."""
+    lv, k = task.level, task.num_parts
+    start, stop = lv.bounds(task.r)
+    csr = lv.read_csr(task.r)
+    parts = np.load(task.parts, mmap_mode="r")
+    own = np.asarray(parts[start:stop])
+    keys, conn = sum_by_key(csr.rows() * k + np.asarray(parts[csr.adj]), csr.wgt)
+    row, q = keys // k, keys % k
+    mine = q == own[row]
+    self_conn = np.zeros(stop - start, dtype=np.int64)
+    self_conn[row[mine]] = conn[mine]
+    return own, np.asarray(lv.vwgt()[start:stop]), row, q, conn, self_conn
+
+
+def _refine_moves(task: PartsTask):
+    """Each node's best move this round: ``(rows, targets, gains, own, vw)``."""
+    own, vw, row, q, conn, self_conn = _connections(task)
+    start = task.level.bounds(task.r)[0]
+    forward = task.round % 2 == 0
+    room = np.asarray(task.room, dtype=np.float64)
+    cand = (q > own[row]) if forward else (q < own[row])
+    cand &= conn > self_conn[row]
+    cand = np.flatnonzero(cand)
+    w = vw[row[cand]]
+    # A constraint the node carries no weight in never blocks it (the target may be over it).
+    cand = cand[((w <= room[q[cand]]) | (w == 0)).all(axis=1)]
+    row, q, conn = row[cand], q[cand], conn[cand]
+    tie = (mix(task.seed, task.round, 4, start + row, q) >> np.uint64(1)).astype(np.int64)
+    order = np.lexsort((tie, -conn, row))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = row[order][1:] != row[order][:-1]
+    pick = order[first]
+    return row[pick], q[pick], conn[pick] - self_conn[row[pick]], own, vw
+
+
+def refine_histogram(task: PartsTask):
+    """``(keys = target << GAIN_BITS | gain, [m, ncon] weights)`` of the range's moves."""
+    row, q, gain, _, vw = _refine_moves(task)
+    return sum_by_key((q << GAIN_BITS) | np.minimum(gain, (1 << GAIN_BITS) - 1), vw[row])
+
+
+def refine_apply(task: PartsTask) -> tuple[np.ndarray, int]:
+    """Apply the moves at or above each target's threshold; returns (loads, moves)."""
+    row, q, gain, own, vw = _refine_moves(task)
+    ok = np.minimum(gain, (1 << GAIN_BITS) - 1) >= np.asarray(task.accept)[q]
+    return _write(task, own, vw, row[ok], q[ok])
+
+
+def _write(task: PartsTask, own, vw, rows, targets) -> tuple[np.ndarray, int]:
+    start, stop = task.level.bounds(task.r)
+    new = own.copy()
+    new[rows] = targets
+    out = np.load(task.target, mmap_mode="r+")
+    out[start:stop] = new
+    out.flush()
+    return _loads(new, vw, task.num_parts), len(rows)
+
+
+def _balance_moves(task: PartsTask):
+    """Moves out of over-cap parts: ``(rows, keys, own, vw)``, key = (from, to, gain, bucket)."""
+    own, vw, row, q, conn, self_conn = _connections(task)
+    lv, k = task.level, task.num_parts
+    start = lv.bounds(task.r)[0]
+    room = np.asarray(task.room, dtype=np.float64)
+    caps = np.asarray(task.caps, dtype=np.float64)
+    over = room < 0                                                  # [P, ncon]
+    cand = np.flatnonzero((vw * over[own] > 0).any(axis=1))
+    if len(cand) == 0:
+        return cand, cand, own, vw
+    local = np.full(len(own), -1, dtype=np.int64)
+    local[cand] = np.arange(len(cand))
+    sel = local[row] >= 0
+    dense = np.zeros((len(cand), k), dtype=np.float64)
+    np.add.at(dense, (local[row[sel]], q[sel]), conn[sel])
+    w = vw[cand][:, None, :]
+    fits = ((w <= room[None, :, :]) | (w == 0)).all(axis=2)
+    fits[np.arange(len(cand)), own[cand]] = False
+    spare = np.clip((room / np.maximum(caps, 1)).min(axis=1), 0, 0.99)   # < 1: conn first
+    score = np.where(fits, dense + spare[None, :], -np.inf)
+    best = score.argmax(axis=1)
+    ok = np.isfinite(score[np.arange(len(cand)), best])
+    cand, best = cand[ok], best[ok]
+    gain = dense[ok][np.arange(len(cand)), best].astype(np.int64) - self_conn[cand]
+    gain = np.clip(gain, -(1 << (GAIN_BITS - 1)), (1 << (GAIN_BITS - 1)) - 1) + \
+        (1 << (GAIN_BITS - 1))
+    bucket = (mix(task.seed, 5, start + cand) % np.uint64(HASH_BUCKETS)).astype(np.int64)
+    keys = (((own[cand] * k + best) << GAIN_BITS | gain) * HASH_BUCKETS) + bucket
+    return cand, keys, own, vw
+
+
+def balance_histogram(task: PartsTask):
+    """``(keys, [m, ncon] weights)`` of the range's balance moves, keyed by
+    (from, to, gain, hash bucket)."""
+    rows, keys, _, vw = _balance_moves(task)
+    return sum_by_key(keys, vw[rows])
+
+
+def balance_apply(task: PartsTask) -> tuple[np.ndarray, int]:
+    """Apply the moves whose key the client accepted; returns (loads, moves)."""
+    rows, keys, own, vw = _balance_moves(task)
+    accepted = np.asarray(task.accept, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(accepted, keys), max(len(accepted) - 1, 0))
+    ok = (accepted[pos] == keys) if len(accepted) else np.zeros(len(keys), dtype=bool)
+    k = task.num_parts
+    targets = (keys // HASH_BUCKETS >> GAIN_BITS) % k
+    return _write(task, own, vw, rows[ok], targets[ok])
+
+
+def _merge(histograms):
+    keys = np.concatenate([h[0] for h in histograms])
+    weights = np.concatenate([h[1] for h in histograms])
+    return sum_by_key(keys, weights)
+
+
+def _thresholds(keys, weights, room: np.ndarray) -> np.ndarray:
+    """Per target part, the lowest gain accepted (gains from the top while the weight fits)."""
+    k = len(room)
+    accept = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
+    target, gain = keys >> GAIN_BITS, keys & ((1 << GAIN_BITS) - 1)
+    for q in range(k):   # a loop over parts; each step vectorized over its histogram
+        mine = np.flatnonzero(target == q)[::-1]                     # gain descending
+        total = np.cumsum(weights[mine], axis=0)
+        fit = ((total <= room[q]) | (total == 0)).all(axis=1)
+        n_fit = int(np.argmin(fit)) if not fit.all() else len(fit)
+        if n_fit:
+            accept[q] = gain[mine[n_fit - 1]]
+    return accept
+
+
+def _balance_accept(keys, weights, loads: np.ndarray, caps: np.ndarray, k: int) -> np.ndarray:
+    """Histogram buckets to move, best gain first, while the source is over and the target
+    stays within every cap. A loop over buckets (not nodes); holds the histogram."""
+    loads = loads.astype(np.float64).copy()
+    bucket_key = keys // HASH_BUCKETS
+    gain = bucket_key & ((1 << GAIN_BITS) - 1)
+    pair = bucket_key >> GAIN_BITS
+    src, dst = pair // k, pair % k
+    order = np.lexsort((keys, -gain))
+    chosen = []
+    for i in order:
+        w = weights[i]
+        p, q = src[i], dst[i]
+        if not ((loads[p] > caps) & (w > 0)).any():
+            continue
+        if ((loads[q] + w <= caps) | (w == 0)).all():
+            loads[p] -= w
+            loads[q] += w
+            chosen.append(keys[i])
+        if not (loads > caps).any():
+            break
+    return np.sort(np.asarray(chosen, dtype=np.int64))
+
+
+@dataclass
+class Refiner:
+    """Runs the passes of one level; holds ``[P, ncon]`` loads."""
+
+    level: Level
+    num_parts: int
+    caps: np.ndarray
+    seed: int
+    runner: object
+
+    def _tasks(self, **kw) -> list[PartsTask]:
+        return [PartsTask(self.level, r, self.num_parts, **kw)
+                for r in range(self.level.num_ranges)]
+
+    def _swap(self, parts: str, nxt: str, results) -> tuple[np.ndarray, int]:
+        os.replace(nxt, parts)
+        return sum(r[0] for r in results), sum(r[1] for r in results)
+
+    def project(self, coarse_parts: str, f2c: str, parts: str) -> np.ndarray:
+        new_array(parts, (self.level.num_nodes,))
+        return sum(self.runner(project, self._tasks(parts=parts, source=coarse_parts, f2c=f2c),
+                               "multilevel: project"))
+
+    def refine(self, parts: str, loads: np.ndarray, rounds: int,
+               min_moves: float = 0.0) -> np.ndarray:
+        """Up to ``rounds`` rounds; stops after two quiet ones in a row (one per direction)
+        moving fewer than ``min_moves`` of the nodes."""
+        nxt = parts[:-4] + ".next.npy"
+        quiet = 0
+        for t in range(rounds):
+            room = self.caps[None, :] - loads
+            room_t = tuple(map(tuple, room.tolist()))
+            hists = self.runner(refine_histogram, self._tasks(parts=parts, round=t,
+                                seed=self.seed, room=room_t), "multilevel: refine")
+            keys, weights = _merge(hists)
+            if len(keys) == 0:
+                break
+            accept = tuple(_thresholds(keys, weights, room).tolist())
+            new_array(nxt, (self.level.num_nodes,))
+            loads, moved = self._swap(parts, nxt, self.runner(refine_apply, self._tasks(
+                parts=parts, target=nxt, round=t, seed=self.seed, room=room_t, accept=accept),
+                "multilevel: refine apply"))
+            quiet = quiet + 1 if moved <= min_moves * self.level.num_nodes else 0
+            if quiet >= 2:
+                break
+        return loads
+
+    def balance(self, parts: str, loads: np.ndarray, max_rounds: int = 30) -> np.ndarray:
+        nxt = parts[:-4] + ".next.npy"
+        caps_t = tuple(self.caps.tolist())
+        for t in range(max_rounds):
+            if not (loads > self.caps[None, :]).any():
+                return loads
+            room_t = tuple(map(tuple, (self.caps[None, :] - loads).tolist()))
+            keys, weights = _merge(self.runner(balance_histogram, self._tasks(
+                parts=parts, seed=self.seed, room=room_t, caps=caps_t), "multilevel: balance"))
+            accept = _balance_accept(keys, weights, loads, self.caps, self.num_parts)
+            if len(accept) == 0:
+                break
+            new_array(nxt, (self.level.num_nodes,))
+            loads, _ = self._swap(parts, nxt, self.runner(balance_apply, self._tasks(
+                parts=parts, target=nxt, seed=self.seed, room=room_t, caps=caps_t,
+                accept=tuple(accept.tolist())), "multilevel: balance apply"))
+        if (loads > self.caps[None, :]).any():
+            log.warning("multilevel: some part stays over its cap (max load/cap %.4f): nodes "
+                        "heavier than the room left", float((loads / self.caps).max()))
+        return loads
+
+    def loads(self, parts: str) -> np.ndarray:
+        return sum(self.runner(range_loads, self._tasks(parts=parts), "multilevel: loads"))
+
+
+def range_loads(task: PartsTask) -> np.ndarray:
+    """``[P, ncon]`` loads of range ``r``."""
+    start, stop = task.level.bounds(task.r)
+    return _loads(np.asarray(np.load(task.parts, mmap_mode="r")[start:stop]),
+                  np.asarray(task.level.vwgt()[start:stop]), task.num_parts)

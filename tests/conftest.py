@@ -45,6 +45,15 @@ def run_prep(scheduler, *args):
     assert result.exit_code == 0, (result.output, result.exception)
 
 
+def synth_partitioned(scheduler, root, *synth_args, parts: int = 2):
+    """Under ``root``: synth graph G (``synth_args``), its ``parts``-part random assignment A
+    and dispatch D. Returns ``root``."""
+    run_prep(scheduler, "synth", root / "G", *synth_args)
+    run_prep(scheduler, "partition", root / "G", root / "A", "-p", parts)
+    run_prep(scheduler, "dispatch", root / "G", root / "A", root / "D")
+    return root
+
+
 def dispatched(scheduler, chunked, out, parts, *partition_args) -> str:
     """Partition ``chunked`` into ``parts`` and dispatch it under ``out``: graph.json's path."""
     run_prep(scheduler, "partition", chunked, f"{out}-a", "-p", parts, *partition_args)

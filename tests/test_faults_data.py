@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import run_prep
+from conftest import run_prep, synth_partitioned
 from faultkit import hashes, prep_fails, private_copies, tree_hash
 
 pytestmark = pytest.mark.faults
@@ -32,12 +32,9 @@ FEAT_1 = "node_data/_N/feat/part-00001.npy"             # the 2nd of 2 chunks of
 def base(scheduler, tmp_path_factory):
     """A small synth graph G (40 nodes, 200 edges, chunks of 20 rows), its 2-part random
     assignment A and dispatch D (read-only: tests work on copies)."""
-    root = tmp_path_factory.mktemp("faults-data")
-    run_prep(scheduler, "synth", root / "G", "--nodes", 40, "--edges", 200, "--seed", 5,
-             "--num-classes", 2, "--feat-dim", 4, "--chunk-size", 20)
-    run_prep(scheduler, "partition", root / "G", root / "A", "-p", 2)
-    run_prep(scheduler, "dispatch", root / "G", root / "A", root / "D")
-    return root
+    return synth_partitioned(scheduler, tmp_path_factory.mktemp("faults-data"), "--nodes", 40,
+                             "--edges", 200, "--seed", 5, "--num-classes", 2, "--feat-dim", 4,
+                             "--chunk-size", 20)
 
 
 @pytest.fixture

@@ -26,13 +26,10 @@ pytestmark = pytest.mark.faults
 @pytest.fixture(scope="module")
 def base(scheduler, tmp_path_factory):
     """A small synth graph G, its 2-part assignment A and dispatch D (read-only for tests)."""
-    from conftest import run_prep
+    from conftest import synth_partitioned
 
-    root = tmp_path_factory.mktemp("faults-out")
-    run_prep(scheduler, "synth", root / "G", "--nodes", 2000, "--edges", 20000, "--seed", 3)
-    run_prep(scheduler, "partition", root / "G", root / "A", "-p", 2)
-    run_prep(scheduler, "dispatch", root / "G", root / "A", root / "D")
-    return root
+    return synth_partitioned(scheduler, tmp_path_factory.mktemp("faults-out"), "--nodes", 2000,
+                             "--edges", 20000, "--seed", 3)
 
 
 @pytest.fixture

@@ -19,3 +19,21 @@ def unique_ints(values: np.ndarray, *, inplace: bool = False) -> np.ndarray:
     keep[0] = True
     np.not_equal(s[1:], s[:-1], out=keep[1:])
     return s[keep]
+
+
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def mix(*parts) -> np.ndarray:
+    """Seeded 64-bit hash (splitmix64 finalizer chained over ``parts``, ints or int arrays):
+    per-element random decisions that depend only on the element, whatever the task layout."""
+    with np.errstate(over="ignore"):
+        h = np.uint64(0x9E3779B97F4A7C15)
+        for p in parts:
+            h = np.asarray(p).astype(np.uint64) + h * np.uint64(0x100000001B3)
+            h = h ^ (h >> np.uint64(30))
+            h = h * _M1
+            h = h ^ (h >> np.uint64(27))
+            h = h * _M2
+            h = h ^ (h >> np.uint64(31))
+    return h

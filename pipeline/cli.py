@@ -121,6 +121,7 @@ def prep():
       prep partition CHUNKED OUT -p P         partition assignment (random, metis) + stats
       prep dispatch CHUNKED ASSIGNMENT OUT    per-part graph delivered to machines or URLs
       prep verify CHUNKED PARTITIONED         check every edge and node survived
+      prep split-edges CHUNKED OUT --etype T  held-out edges for link prediction
     """
 
 

@@ -187,14 +187,17 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
 @click.argument("out", type=click.Path(file_okay=False), required=False, callback=local_path)
 @click.option("-p", "--num-parts", type=click.IntRange(1), default=None,
               help="Number of partitions (required unless --stats).")
-@click.option("--method", type=click.Choice(["random", "metis", "multilevel"]),
+@click.option("--method", type=click.Choice(["random", "metis", "multilevel", "auto"]),
               default="random",
               help="random: seeded, exactly balanced per node type, chunk by chunk. metis: "
                    "pymetis on the whole graph in one task (holds its CSR: see docs). "
-                   "multilevel: coarsen chunk by chunk, METIS on the coarse graph, refine.")
+                   "multilevel: coarsen chunk by chunk, METIS on the coarse graph, refine. "
+                   "auto: metis when its estimated peak (~270 B per edge) fits in 60% of the "
+                   "smallest worker memory limit, else multilevel; the choice is logged and "
+                   "stored in the statistics.")
 @click.option("--coarse-edges", type=click.IntRange(1), default=None, metavar="EDGES",
               help="multilevel: coarsen until at most EDGES edges are left. Default: derived "
-                   "from memory (a third of what --method metis would need, within the "
+                   "from memory (a quarter of what --method metis would need, within the "
                    "worker memory limit).")
 @click.option("--balance", default="", metavar="ntypes,train,edges",
               help="METIS balance constraints: node counts per type, train_mask counts, "
@@ -306,3 +309,39 @@ def verify(chunked, partitioned, nan_policy, cluster: ClusterOptions):
         raise VerifyFailed(f"verify failed: {err}") from None
     click.echo(f"verified: {counts['edges']:,} edges and {counts['nodes']:,} nodes match the "
                "input")
+
+
+@prep.command("split-edges")
+@click.argument("chunked", type=click.Path(exists=True, file_okay=False), callback=local_path)
+@click.argument("out", type=click.Path(file_okay=False), callback=local_path)
+@click.option("--etype", required=True, metavar="SRC:REL:DST",
+              help="Edge type to split (the only type of a homogeneous graph: _N:_E:_N).")
+@click.option("--val", type=click.FloatRange(0, 1), default=0.05,
+              help="Fraction of the type's edges held out for validation.")
+@click.option("--test", type=click.FloatRange(0, 1), default=0.1,
+              help="Fraction of the type's edges held out for testing.")
+@click.option("--twin", multiple=True, metavar="DST:REL:SRC",
+              help="Edge type holding the reversed edges, split with them. Default: the type "
+                   "named rev-REL (or rev_REL) between the same node types, if any.")
+@click.option("--seed", type=int, default=0, help="Seed of the split.")
+@overwrite_option
+@cluster_options
+def split_edges(chunked, out, etype, val, test, twin, seed, overwrite, cluster: ClusterOptions):
+    """Hold out validation and test edges of one edge type of CHUNKED for link prediction;
+    write the graph with edge data train_mask/val_mask/test_mask to OUT.
+
+    Each edge's split comes from a keyed hash of its undirected endpoint pair: deterministic for
+    any number of workers and any chunking, duplicates share a split, and both directions of an
+    edge (and its twin in the reverse type) are held out together. Input files are hard-linked
+    into OUT (copied across file systems); one task per edge chunk writes its masks.
+    """
+    from formats import EdgeType
+    from .split_edges import SplitSpec, run_split
+
+    spec = SplitSpec(EdgeType.parse(etype, file="--etype", field="--etype"), val, test, seed)
+    done = run_split(chunked, out, spec, cluster, tuple(twin), overwrite)
+    if done is not None:
+        graph, counts = done
+        click.echo(_summary(graph))
+        for et, (tr, va, te) in counts.items():
+            click.echo(f"  split {et}: train {tr:,}, val {va:,}, test {te:,}")

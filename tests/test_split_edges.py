@@ -1,0 +1,93 @@
+"""`prep split-edges`: deterministic, leak-free held-out edges, carried through dispatch."""
+
+import os
+
+import numpy as np
+import pytest
+
+from conftest import edge_data_of, edges_of, run_prep
+from faultkit import prep_fails, tree_hash
+
+ET = "_N:_E:_N"
+
+
+def masks(folder, etype=ET):
+    return np.stack([edge_data_of(folder, etype, m) for m in ("train_mask", "val_mask",
+                                                               "test_mask")])
+
+
+@pytest.fixture(scope="module")
+def graph(scheduler, tmp_path_factory):
+    root = tmp_path_factory.mktemp("split")
+    run_prep(scheduler, "synth", root / "g", "--nodes", 5000, "--edges", 40000, "--seed", 2)
+    run_prep(scheduler, "split-edges", root / "g", root / "s", "--etype", ET, "--val", 0.05,
+             "--test", 0.1, "--seed", 4)
+    return root
+
+
+def test_fractions_and_exactly_one_split_per_edge(graph):
+    m = masks(graph / "s")
+    assert m.dtype == bool and (m.sum(axis=0) == 1).all()
+    val, test = m[1].mean(), m[2].mean()
+    assert abs(val - 0.05) < 0.006 and abs(test - 0.10) < 0.008, (val, test)
+
+
+def test_same_split_for_any_chunking_and_worker_count(scheduler, graph, prep):
+    run_prep(scheduler, "chunk", graph / "g", graph / "g-small-chunks", "--chunk-size", 7000)
+    prep("split-edges", graph / "g-small-chunks", graph / "s2", "--etype", ET, "--val", 0.05,
+         "--test", 0.1, "--seed", 4, "--workers", 1, cluster=False)
+    assert len(os.listdir(graph / "s2" / "edges" / "_N___E___N")) > 1
+    np.testing.assert_array_equal(edges_of(graph / "s2"), edges_of(graph / "s"))
+    np.testing.assert_array_equal(masks(graph / "s2"), masks(graph / "s"))
+    prep("split-edges", graph / "g", graph / "s3", "--etype", ET, "--seed", 5)
+    assert not np.array_equal(masks(graph / "s3"), masks(graph / "s"))      # the seed matters
+
+
+def test_both_directions_and_duplicates_share_a_split(graph):
+    src, dst = edges_of(graph / "s")
+    code = masks(graph / "s").argmax(axis=0)
+    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+    order = np.lexsort((hi, lo))
+    same = (lo[order][1:] == lo[order][:-1]) & (hi[order][1:] == hi[order][:-1])
+    assert same.sum() > 100                    # the synth graph has both directions of many
+    np.testing.assert_array_equal(code[order][1:][same], code[order][:-1][same])
+
+
+def test_twin_type_is_held_out_with_its_edges(scheduler, tmp_path, prep):
+    folder = tmp_path / "in"
+    (folder / "edges").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    a, p = rng.integers(0, 300, 4000), rng.integers(0, 500, 4000)
+    np.savetxt(folder / "edges" / "author__writes__paper.csv", np.stack([a, p], 1), fmt="%d",
+               delimiter=",", header="src,dst", comments="")
+    run_prep(scheduler, "chunk", folder, tmp_path / "g", "--add-reverse-edges")
+    prep("split-edges", tmp_path / "g", tmp_path / "s", "--etype", "author:writes:paper")
+    fwd = masks(tmp_path / "s", "author:writes:paper").argmax(axis=0)
+    rev = masks(tmp_path / "s", "paper:rev-writes:author").argmax(axis=0)
+    fs, fd = edges_of(tmp_path / "s", "author:writes:paper")
+    rs, rd = edges_of(tmp_path / "s", "paper:rev-writes:author")
+    forward = {(int(s), int(d)): int(c) for s, d, c in zip(fs, fd, fwd)}
+    assert all(forward[(int(d), int(s))] == c for s, d, c in zip(rs, rd, rev))
+    assert (fwd > 0).sum() > 300
+
+
+def test_masks_survive_dispatch_and_verify(scheduler, graph, prep):
+    prep("partition", graph / "s", graph / "a", "-p", 3)
+    prep("dispatch", graph / "s", graph / "a", graph / "d")
+    prep("verify", graph / "s", graph / "d")                  # compares edge data by edge ID
+    part = np.load(graph / "d" / "part-0" / "edge_feats" / "_N___E___N" / "val_mask.npy")
+    assert part.dtype == bool and 0 < part.sum() < len(part)
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("args, culprit", [
+    (("--etype", "_N:_X:_N"), "--etype"),
+    (("--etype", "nonsense"), "--etype"),
+    (("--etype", ET, "--val", 0.6, "--test", 0.5), "--val"),
+    (("--etype", ET, "--twin", "_N:_E2:_N"), "--twin"),
+])
+def test_bad_values_exit_2(scheduler, graph, tmp_path, args, culprit):
+    before = tree_hash(graph / "g")
+    prep_fails(scheduler, "split-edges", graph / "g", tmp_path / "o", *args, code=2,
+               names=[culprit])
+    assert tree_hash(graph / "g") == before and not os.path.exists(tmp_path / "o")

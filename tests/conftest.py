@@ -70,6 +70,15 @@ def cora_chunked(scheduler, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def homo(tmp_path_factory, scheduler):
+    """A homogeneous synth graph (20k nodes, 200k edges, chunks of 60k rows), made once."""
+    out = tmp_path_factory.mktemp("ml") / "homo"
+    run_prep(scheduler, "synth", out, "--nodes", 20000, "--edges", 200000, "--chunk-size",
+             60000, "--seed", 3)
+    return out
+
+
+@pytest.fixture(scope="session")
 def mag_parts(scheduler, tmp_path_factory):
     """A small ogbn-mag-shaped synth graph and its 2-part dispatch: (chunked, graph.json)."""
     root = tmp_path_factory.mktemp("mag")

@@ -22,14 +22,6 @@ from pipeline.partition.multilevel.symmetric import build_level0
 
 
 @pytest.fixture(scope="module")
-def homo(tmp_path_factory, scheduler):
-    out = tmp_path_factory.mktemp("ml") / "homo"
-    run_prep(scheduler, "synth", out, "--nodes", 20000, "--edges", 200000, "--chunk-size",
-             60000, "--seed", 3)
-    return out
-
-
-@pytest.fixture(scope="module")
 def hetero(tmp_path_factory, scheduler):
     out = tmp_path_factory.mktemp("ml") / "hetero"
     run_prep(scheduler, "synth", out, "--hetero", "--nodes", 20000, "--edges", 200000,
@@ -204,3 +196,54 @@ def test_cli_multilevel_with_stats(homo, tmp_path, prep):
     assert stats["imbalance"]["train"] <= 1.03 and stats["imbalance"]["nodes"] <= 1.03
     assert sorted(os.listdir(tmp_path / "a")) == ["_N.npy", "manifest.json",
                                                    "partition_meta.json"]
+
+
+def test_auto_picks_metis_when_it_fits_else_multilevel(homo, tmp_path, prep, monkeypatch):
+    from pipeline.partition import auto
+
+    # The rule at its boundary: metis's estimate against 60% of the worker limit.
+    limit = int(auto.METIS_BYTES_PER_EDGE * 10**7 / auto.SHARE) + 1
+    assert auto.choose(10**7, limit).method == "metis"
+    assert auto.choose(10**7 + 10, limit).method == "multilevel"
+    prep("partition", homo, tmp_path / "m", "-p", 2, "--method", "auto")
+    meta = json.loads((tmp_path / "m" / "partition_meta.json").read_text())
+    assert meta["algo_name"] == "metis" and meta["stats"]["auto"]["chosen"] == "metis"
+    # Workers of 1 MB: metis's ~54 MB estimate on 2*10^5 edges does not fit.
+    monkeypatch.setattr(auto, "worker_memory_bytes", lambda runner: 1 << 20)
+    r = prep("partition", homo, tmp_path / "l", "-p", 2, "--method", "auto",
+             "--coarse-edges", 10000)
+    assert "multilevel, 2 parts" in r.output
+    meta = json.loads((tmp_path / "l" / "partition_meta.json").read_text())
+    assert meta["algo_name"] == "multilevel"
+    assert meta["stats"]["auto"]["budget_bytes"] == int((1 << 20) * auto.SHARE)
+
+
+def test_refinement_never_empties_a_part(tmp_path):
+    """Node 0, alone in part 1, has every neighbour in part 0 and room there: the best move
+    for the cut, but it would leave part 1 empty, so it stays."""
+    from pipeline.partition.multilevel.layout import Level, new_array, write_csr
+    from pipeline.partition.multilevel.refine import Refiner
+
+    level = Level(str(tmp_path), 6, 4, 1, 1)
+    edges = np.array([(0, 1), (0, 2), (0, 3), (1, 2), (4, 5), (3, 4)])
+    src = np.concatenate([edges[:, 0], edges[:, 1]])
+    dst = np.concatenate([edges[:, 1], edges[:, 0]])
+    for r in range(level.num_ranges):
+        start, stop = level.bounds(r)
+        mine = (src >= start) & (src < stop)
+        order = np.lexsort((dst[mine], src[mine]))
+        write_csr(level, r, src[mine][order] - start, dst[mine][order],
+                  np.ones(int(mine.sum()), dtype=np.int64))
+    new_array(level.path("vwgt.npy"), (6, 1))
+    vw = level.vwgt("r+")
+    vw[:] = 1
+    vw.flush()
+    parts = level.path("parts.npy")
+    new_array(parts, (6,))
+    p = np.load(parts, mmap_mode="r+")
+    p[:] = [1, 0, 0, 0, 0, 0]
+    p.flush()
+    refiner = Refiner(level, 2, np.array([6.0]), 0, local_runner)
+    loads = refiner.refine(parts, refiner.loads(parts), rounds=4)
+    assert loads[:, 0].tolist() == [5, 1]
+    assert np.load(parts).tolist() == [1, 0, 0, 0, 0, 0]

@@ -1,13 +1,17 @@
 """Benchmark of prep partition; prints one JSON object.
 
 On a synth graph of 10^7 edges (``--edges`` to change), for P = 2, 4, 8: time, worker peak
-RSS and edge cut of ``--method random``, ``--method metis`` and ``--method multilevel`` (default
-budget: derived from memory; ``--coarse-edges`` to force one; its cut is also given as a ratio
-to metis's, with the coarsening levels), and graphprep's METIS step
+RSS (exact: the kernel's high-water mark), worker peak anonymous memory and peak file-backed
+resident pages (memory-mapped files; both sampled from /proc/self/smaps_rollup at 20 Hz, so a
+spike shorter than 50 ms can be missed) and edge cut of ``--method random``, ``--method metis``
+and ``--method multilevel`` (default budget: derived from memory; ``--coarse-edges`` to force
+one; its cut, time and peaks are also given as ratios to metis's, with the coarsening levels),
+and graphprep's METIS step
 (CSR assembly from the chunks + METIS + assignment + statistics) against a direct
 single-process pymetis call on the same graph in the same run (the baseline reads the same
 Parquet chunks, builds the same symmetric CSR with numpy and calls ``pymetis.part_graph``).
-Each measurement uses fresh processes, so peak RSS is that run's own.
+Each measurement uses fresh processes, so peak RSS is that run's own. Metis is skipped (with
+the reason) where ``--method auto`` would not pick it: its estimated peak does not fit.
 """
 
 from __future__ import annotations
@@ -20,9 +24,13 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import fresh_cluster, run_baseline, timer, worker_peak_rss_mb  # noqa: E402
+from common import (fresh_cluster, run_baseline, sampled_peaks_mb,  # noqa: E402
+                    start_memory_sampler, timer, worker_peak_rss_mb)
+
+import psutil  # noqa: E402
 
 from pipeline.partition import PartitionOptions, run_partition  # noqa: E402
+from pipeline.partition.auto import choose  # noqa: E402
 from pipeline.synth import SynthSpec  # noqa: E402
 from pipeline.synth_job import run_synth  # noqa: E402
 
@@ -52,18 +60,34 @@ RESULT = {{"seconds": time.perf_counter() - t, "metis_edge_cut": cut}}
 
 def run_ours(graph: str, out: str, method: str, p: int, coarse_edges: int | None = None) -> dict:
     with fresh_cluster() as (opts, client):
+        start_memory_sampler(client)
         with timer() as t:
             meta = run_partition(graph, out, method,
                                  PartitionOptions(p, coarse_edges=coarse_edges), opts,
                                  overwrite=True)
         rss = worker_peak_rss_mb(client)
+        sampled = sampled_peaks_mb(client)
     s = meta.stats
-    row = {"seconds": round(t["s"], 2), "worker_peak_rss_mb": rss, "edge_cut": s["edge_cut"],
+    row = {"seconds": round(t["s"], 2), "worker_peak_rss_mb": rss,
+           "worker_peak_anon_mb": sampled["anon"],
+           "worker_peak_file_backed_mb": sampled["file_backed"], "edge_cut": s["edge_cut"],
            "cut_ratio": s["cut_ratio"], "imbalance_nodes": s["imbalance"]["nodes"]}
     if method == "multilevel":
         row.update(levels=s["levels"], coarse_edge_budget=s["coarse_edge_budget"],
                    budget=s["budget"])
     return row
+
+
+def vs_metis(ml: dict, metis: dict) -> dict:
+    """Multilevel's figures as ratios to metis's in the same run."""
+    def peak(row, key):
+        return max(row[key])
+    return {"cut_vs_metis": round(ml["edge_cut"] / metis["edge_cut"], 4),
+            "time_vs_metis": round(ml["seconds"] / metis["seconds"], 3),
+            "peak_rss_vs_metis": round(peak(ml, "worker_peak_rss_mb") /
+                                       peak(metis, "worker_peak_rss_mb"), 3),
+            "peak_anon_vs_metis": round(peak(ml, "worker_peak_anon_mb") /
+                                        peak(metis, "worker_peak_anon_mb"), 3)}
 
 
 def main():
@@ -81,23 +105,28 @@ def main():
         with fresh_cluster() as (opts, _):
             run_synth(spec, graph, 1 << 20, opts)
         result = {"graph": {"nodes": spec.num_nodes, "edges": spec.num_edges}, "runs": {}}
+        # The embedded cluster's default worker limit: the machine's memory over 2 workers.
+        fits = choose(spec.num_edges, psutil.virtual_memory().total // 2)
+        metis_fits = fits.method == "metis"
         for p in (int(x) for x in args.parts.split(",")):
             methods = args.methods.split(",")
             row = result["runs"][str(p)] = {}
             if "random" in methods:
                 row["random"] = run_ours(graph, os.path.join(tmp, f"r{p}"), "random", p)
-            if "metis" in methods:
+            if "metis" in methods and metis_fits:
                 row["metis"] = run_ours(graph, os.path.join(tmp, f"m{p}"), "metis", p)
+            elif "metis" in methods:
+                row["metis"] = {"skipped": fits.describe()}
             if "multilevel" in methods:
                 ml = row["multilevel"] = run_ours(graph, os.path.join(tmp, f"l{p}"),
                                                   "multilevel", p, args.coarse_edges)
-                if "metis" in row:
-                    ml["cut_vs_metis"] = round(ml["edge_cut"] / row["metis"]["edge_cut"], 4)
+                if "edge_cut" in row.get("metis", {}):
+                    ml.update(vs_metis(ml, row["metis"]))
             if "direct" in methods:
                 direct = run_baseline(DIRECT.format(graph=graph, n=spec.num_nodes, p=p))
                 row["direct_pymetis"] = {k: round(v, 2) if isinstance(v, float) else v
                                          for k, v in direct.items() if v is not None}
-                if "metis" in row:
+                if "edge_cut" in row.get("metis", {}):
                     row["metis_overhead_time"] = round(row["metis"]["seconds"] /
                                                        direct["seconds"], 3)
                     row["metis_overhead_peak_rss"] = round(max(row["metis"]["worker_peak_rss_mb"])

@@ -35,6 +35,50 @@ def worker_peak_rss_mb(client) -> list[float]:
     return sorted(round(v / MB, 1) for v in client.run(peak_rss_bytes).values())
 
 
+def start_memory_sampler(client, interval_s: float = 0.05) -> None:
+    """In every worker, a thread sampling ``/proc/self/smaps_rollup`` every ``interval_s``:
+    the peak *anonymous* memory (``Anonymous``: heap, numpy arrays) apart from the peak
+    file-backed resident pages (``Rss - Anonymous``: memory-mapped files, which the kernel can
+    drop and reread, and shared libraries). Read with :func:`sampled_peaks_mb`. The functions
+    sent to the workers are closures so that they travel by value (workers cannot import
+    this file)."""
+    def start(dask_worker, interval_s=interval_s):
+        import threading
+
+        def rollup():
+            fields = {}
+            with open("/proc/self/smaps_rollup") as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) == 3 and parts[2] == "kB":
+                        fields[parts[0].rstrip(":")] = int(parts[1]) << 10
+            return fields
+
+        state = {"anon": 0, "file": 0, "stop": threading.Event()}
+
+        def loop():
+            while not state["stop"].is_set():
+                m = rollup()
+                state["anon"] = max(state["anon"], m.get("Anonymous", 0))
+                state["file"] = max(state["file"], m.get("Rss", 0) - m.get("Anonymous", 0))
+                state["stop"].wait(interval_s)
+        threading.Thread(target=loop, daemon=True).start()
+        dask_worker.graphprep_memory_sampler = state
+    client.run(start)
+
+
+def sampled_peaks_mb(client) -> dict[str, list[float]]:
+    """Stops the samplers; ``{"anon": [...], "file_backed": [...]}``, MB per worker (sorted
+    by anonymous peak)."""
+    def stop(dask_worker):
+        state = dask_worker.graphprep_memory_sampler
+        state["stop"].set()
+        return state["anon"], state["file"]
+    peaks = sorted(client.run(stop).values())
+    return {"anon": [round(a / MB, 1) for a, _ in peaks],
+            "file_backed": [round(f / MB, 1) for _, f in peaks]}
+
+
 @contextmanager
 def timer():
     box = {}

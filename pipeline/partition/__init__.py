@@ -18,6 +18,7 @@ from formats.output import AtomicOutput, MANIFEST, fingerprint, make_manifest, w
 from ..cluster import ClusterOptions, TaskRunner, dask_client
 from ..guard import OutputLock, guarded_output
 from ..step import up_to_date
+from .auto import choose_for
 from .base import PartitionOptions
 from .metis_method import MetisPartitioner
 from .multilevel import MultilevelPartitioner
@@ -52,7 +53,9 @@ def _partition_into(output: AtomicOutput, graph, fp: str, manifest: dict, method
                     options: PartitionOptions, cluster: ClusterOptions, dgl_compat: bool):
     with output as tmp, dask_client(cluster) as client:
         runner = TaskRunner(client, cluster.progress)
-        partitioner = PARTITIONERS[method]()
+        # auto: metis or multilevel, by metis's estimated memory against the workers' (auto.py)
+        choice = choose_for(graph, runner) if method == "auto" else None
+        partitioner = PARTITIONERS[choice.method if choice else method]()
         algo = partitioner.assign(graph, options, runner, tmp)
         meta = AssignmentMeta(options.num_parts, algo, graph.graph_name, options.seed, fp,
                               graph.node_types, manifest["options"])
@@ -60,6 +63,10 @@ def _partition_into(output: AtomicOutput, graph, fp: str, manifest: dict, method
         assignment = load_assignment(tmp, graph)          # checks lengths and ranges
         stats = partition_stats(graph, assignment, runner)
         stats.update(getattr(partitioner, "info", {}))
+        if choice is not None:
+            stats["auto"] = {"chosen": choice.method, "reason": choice.describe(),
+                             "metis_peak_bytes": choice.metis_peak_bytes,
+                             "budget_bytes": choice.budget_bytes}
         meta = dataclasses.replace(meta, stats=stats)
         write_meta(tmp, meta)
         if dgl_compat:

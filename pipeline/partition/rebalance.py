@@ -22,20 +22,25 @@ def loads_of(parts: np.ndarray, weights: np.ndarray, num_parts: int) -> np.ndarr
                      for c in range(weights.shape[1])], axis=1)
 
 
-def _neighbour_part_counts(cand, parts, xadj, adjncy, num_parts):
+def _neighbour_part_counts(cand, parts, xadj, adjncy, num_parts, adjwgt=None):
+    """``[len(cand), num_parts]`` connection of each candidate to each part: neighbour counts,
+    or summed edge weights with ``adjwgt`` (a coarse graph's merged edges)."""
     starts, ends = xadj[cand], xadj[cand + 1]
     deg = ends - starts
     rows = np.repeat(np.arange(len(cand)), deg)
     offsets = np.arange(deg.sum()) - np.repeat(np.cumsum(deg) - deg, deg)
-    nbrs = adjncy[np.repeat(starts, deg) + offsets]
-    counts = np.zeros((len(cand), num_parts), dtype=np.int64)
-    np.add.at(counts, (rows, parts[nbrs]), 1)
-    return counts
+    idx = np.repeat(starts, deg) + offsets
+    weights = None if adjwgt is None else adjwgt[idx]
+    counts = np.bincount(rows * num_parts + parts[adjncy[idx]], weights=weights,
+                         minlength=len(cand) * num_parts)
+    return counts.astype(np.int64).reshape(len(cand), num_parts)
 
 
 def rebalance(parts: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray,
-              num_parts: int, imbalance: float, max_rounds: int = 100) -> np.ndarray:
-    """Return ``parts`` with every constraint within its cap where moves allow it."""
+              num_parts: int, imbalance: float, max_rounds: int = 100,
+              adjwgt: np.ndarray | None = None) -> np.ndarray:
+    """Return ``parts`` with every constraint within its cap where moves allow it. Gains
+    count neighbours, or sum ``adjwgt`` (one weight per ``adjncy`` entry) when given."""
     parts = parts.copy()
     caps = weights.sum(axis=0) / num_parts * (1 + imbalance)
     for _ in range(max_rounds):
@@ -46,7 +51,7 @@ def rebalance(parts: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, weights: 
             break
         excess = loads[p, c] - caps[c]
         cand = np.flatnonzero((parts == p) & (weights[:, c] > 0))
-        conn = _neighbour_part_counts(cand, parts, xadj, adjncy, num_parts)
+        conn = _neighbour_part_counts(cand, parts, xadj, adjncy, num_parts, adjwgt)
         room = caps[None, :] - loads                                # [P, ncon]
         fits = (weights[cand][:, None, :] <= room[None, :, :]).all(axis=2)
         fits[:, p] = False
@@ -66,13 +71,14 @@ def rebalance(parts: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, weights: 
             if moved >= excess:
                 break
         if moved == 0 and not _swap(parts, p, c, excess, loads, caps, weights, xadj, adjncy,
-                                    num_parts):
+                                    num_parts, adjwgt):
             log.warning("rebalance: part %d stays over the cap of constraint %d", p, c)
             break
     return parts
 
 
-def _swap(parts, p, c, excess, loads, caps, weights, xadj, adjncy, num_parts) -> bool:
+def _swap(parts, p, c, excess, loads, caps, weights, xadj, adjncy, num_parts,
+          adjwgt=None) -> bool:
     """When no single move fits (targets full in another constraint), swap nodes carrying
     constraint ``c`` out of ``p`` against nodes of the target carrying none of it."""
     q = int(np.argmin(np.where(np.arange(num_parts) == p, np.inf, loads[:, c])))
@@ -80,8 +86,8 @@ def _swap(parts, p, c, excess, loads, caps, weights, xadj, adjncy, num_parts) ->
     back = np.flatnonzero((parts == q) & (weights[:, c] == 0))
     if len(out) == 0 or len(back) == 0:
         return False
-    g_out = _neighbour_part_counts(out, parts, xadj, adjncy, num_parts)
-    g_back = _neighbour_part_counts(back, parts, xadj, adjncy, num_parts)
+    g_out = _neighbour_part_counts(out, parts, xadj, adjncy, num_parts, adjwgt)
+    g_back = _neighbour_part_counts(back, parts, xadj, adjncy, num_parts, adjwgt)
     out = out[np.argsort(-(g_out[:, q] - g_out[:, p]), kind="stable")]
     back = back[np.argsort(-(g_back[:, p] - g_back[:, q]), kind="stable")]
     per_node = max(float(weights[out, c].min()), 1.0)

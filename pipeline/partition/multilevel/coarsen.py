@@ -27,7 +27,8 @@ import numpy as np
 
 from formats.output import save_npy
 
-from .layout import Level, mix, new_array, sum_by_key
+from ...arrayops import mix
+from .layout import Level, best_per_row, new_array, sum_by_key
 
 FIXED = 5            # proposal columns before the weights: node, target, gain, tie, old label
 
@@ -69,7 +70,8 @@ def propose(task: RoundTask) -> int:
     mine = cl == own[row]
     self_conn = np.zeros(stop - start, dtype=np.int64)
     self_conn[row[mine]] = conn[mine]
-    movers = (mix(task.seed, f.round, 1, start + row) & np.uint64(1)) == 1
+    # The coin is hashed once per node, then read per entry (entries are ~20x the nodes).
+    movers = ((mix(task.seed, f.round, 1, np.arange(start, stop)) & np.uint64(1)) == 1)[row]
     stayers = (mix(task.seed, f.round, 1, cl) & np.uint64(1)) == 0
     cand = np.flatnonzero(~mine & movers & stayers & (conn > self_conn[row]))
     caps = np.asarray(task.caps)
@@ -77,15 +79,13 @@ def propose(task: RoundTask) -> int:
     fits = ((np.asarray(cw[cl[cand]]) + w <= caps) | (w == 0)).all(axis=1)
     cand = cand[fits]
     row, cl, conn = row[cand], cl[cand], conn[cand]
-    tie = (mix(task.seed, f.round, 2, start + row, cl) >> np.uint64(1)).astype(np.int64)
-    order = np.lexsort((tie, -conn, row))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = row[order][1:] != row[order][:-1]
-    pick = order[first]
+    tie = mix(task.seed, f.round, 2, start + row, cl)
+    pick = best_per_row(row, conn, tie)              # candidates are sorted by (row, cl)
+    tie = (tie[pick] >> np.uint64(1)).astype(np.int64)
     row, cl = row[pick], cl[pick]
     table = np.empty((len(pick), FIXED + lv.ncon), dtype=np.int64)
     table[:, 0], table[:, 1] = start + row, cl
-    table[:, 2], table[:, 3] = conn[pick] - self_conn[row], tie[pick]
+    table[:, 2], table[:, 3] = conn[pick] - self_conn[row], tie
     table[:, 4], table[:, FIXED:] = own[row], vw[row]
     table = table[np.argsort(cl, kind="stable")]
     bounds = np.arange(lv.num_ranges + 1, dtype=np.int64) * lv.range_size

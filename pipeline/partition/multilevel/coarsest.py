@@ -42,7 +42,8 @@ def partition_coarsest(task: CoarsestTask) -> dict:
                             objective=task.objective,
                             ufactor=max(1, int(round(task.imbalance * 1000))), eweights=adjwgt)
     if task.num_parts > 1:
-        parts = rebalance(parts, xadj, adjncy, weights, task.num_parts, task.imbalance)
+        parts = rebalance(parts, xadj, adjncy, weights, task.num_parts, task.imbalance,
+                          adjwgt=adjwgt)
         if lv.num_nodes >= task.num_parts:
             parts = fill_empty_parts(parts, xadj, task.num_parts)
     save_npy(task.target, parts.astype(np.int64))

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 STALL = 0.95          # a level keeping > 95% of the entries ends coarsening
 CAP_FACTOR = 16       # cluster weight cap: total / (P * CAP_FACTOR) per constraint
 MAX_LEVELS = 30
+MIN_RANGE_DIV = 16    # coarse ranges hold at least range_size / 16 nodes (task overhead)
 
 
 @dataclass(frozen=True)
@@ -66,9 +67,12 @@ class MultilevelPartitioner:
     name = "multilevel"
 
     def __init__(self, range_size: int = 1 << 17, coarsen_rounds: int = 4,
-                 refine_rounds: int = 12):
+                 refine_rounds: int = 12, min_moves: float = 0.001):
         self.range_size, self.coarsen_rounds = range_size, coarsen_rounds
-        self.refine_rounds = refine_rounds
+        # Refinement of a level ends after two rounds in a row (one per direction) moving
+        # fewer than min_moves of its nodes: the last rounds of a level move a few hundred
+        # nodes for a full pass over its edges each (measured at 10^7 edges).
+        self.refine_rounds, self.min_moves = refine_rounds, min_moves
         self.info: dict = {}
 
     def assign(self, graph: ChunkedGraph, options: PartitionOptions, runner, out: str) -> str:
@@ -106,7 +110,8 @@ class MultilevelPartitioner:
             labels, cw = cluster(level, seed * 1000 + len(levels), totals / (k * CAP_FACTOR),
                                  runner, self.coarsen_rounds)
             level, new_entries = contract(level, labels, cw,
-                                          os.path.join(work, f"L{len(levels):02d}"), runner)
+                                          os.path.join(work, f"L{len(levels):02d}"), runner,
+                                          min_range=max(1, self.range_size // MIN_RANGE_DIV))
             levels.append(level)
             sizes.append((level.num_nodes, new_entries // 2))
             log.info("multilevel: level %d: %d nodes, %d edges", len(levels) - 1,
@@ -131,7 +136,7 @@ class MultilevelPartitioner:
             parts = fine.path("parts.npy")
             loads = refiner.project(coarse_parts, fine.path("f2c.npy"), parts)
             loads = refiner.balance(parts, loads)
-            loads = refiner.refine(parts, loads, self.refine_rounds)
+            loads = refiner.refine(parts, loads, self.refine_rounds, self.min_moves)
             coarse_parts = parts
         if len(levels) == 1:
             refiner = Refiner(top, k, caps, seed, runner)

@@ -10,7 +10,10 @@ ncon]`` loads and small histograms, and decides from them:
   neighbours cannot swap past each other). Tasks return a histogram ``(target, gain) ->
   weight``; per target the client accepts gains from the top while the summed weight fits its
   room (cap - load) in every constraint, and the tasks then apply exactly the moves above the
-  threshold. Departures are ignored when computing room, so no part ever goes over its cap.
+  threshold (saved by the histogram task: the CSR is read once per round). Departures are
+  ignored when computing room, so no part ever goes over its cap; a part whose nodes all
+  want to leave keeps them that round, so no part is ever emptied. A level's refinement ends
+  after two rounds in a row that move (almost) nothing.
 * balance round: nodes of over-cap parts that carry weight in an over constraint each pick
   their best part with room (most connection, then most room); histogram ``(from, to, gain,
   hash bucket) -> weight``; the client walks it by gain and accepts buckets while the source
@@ -28,7 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .layout import Level, mix, new_array, sum_by_key
+from formats.output import save_npy
+
+from ...arrayops import mix
+from .layout import Level, best_per_row, new_array, sum_by_key
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +54,7 @@ class PartsTask:
     seed: int = 0
     room: tuple = ()                   # [P][ncon] caps - loads
     caps: tuple = ()
+    frozen: tuple = ()                 # refine: parts no node may leave this round
     accept: tuple = ()                 # refine: min accepted gain per part; balance: keys
 
 
@@ -95,24 +102,39 @@ def _refine_moves(task: PartsTask):
     # A constraint the node carries no weight in never blocks it (the target may be over it).
     cand = cand[((w <= room[q[cand]]) | (w == 0)).all(axis=1)]
     row, q, conn = row[cand], q[cand], conn[cand]
-    tie = (mix(task.seed, task.round, 4, start + row, q) >> np.uint64(1)).astype(np.int64)
-    order = np.lexsort((tie, -conn, row))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = row[order][1:] != row[order][:-1]
-    pick = order[first]
+    pick = best_per_row(row, conn, mix(task.seed, task.round, 4, start + row, q))
     return row[pick], q[pick], conn[pick] - self_conn[row[pick]], own, vw
 
 
+def _moves_path(task: PartsTask) -> str:
+    return f"{task.parts[:-4]}.moves{task.r:05d}.npy"
+
+
 def refine_histogram(task: PartsTask):
-    """``(keys = target << GAIN_BITS | gain, [m, ncon] weights)`` of the range's moves."""
-    row, q, gain, _, vw = _refine_moves(task)
-    return sum_by_key((q << GAIN_BITS) | np.minimum(gain, (1 << GAIN_BITS) - 1), vw[row])
+    """``(keys = target << GAIN_BITS | gain, [m, ncon] weights, [P] departing node counts)``
+    of the range's moves. The moves (row, target, gain) are saved next to ``parts`` for
+    ``refine_apply``, which then needs no second pass over the CSR."""
+    row, q, gain, own, vw = _refine_moves(task)
+    save_npy(_moves_path(task), np.stack([row, q, gain], axis=1))
+    counted = vw[row, :task.level.count_cols].sum(axis=1)
+    departing = np.bincount(own[row], weights=counted, minlength=task.num_parts)
+    keys, weights = sum_by_key((q << GAIN_BITS) | np.minimum(gain, (1 << GAIN_BITS) - 1),
+                               vw[row])
+    return keys, weights, departing.astype(np.int64)
 
 
 def refine_apply(task: PartsTask) -> tuple[np.ndarray, int]:
-    """Apply the moves at or above each target's threshold; returns (loads, moves)."""
-    row, q, gain, own, vw = _refine_moves(task)
+    """Apply the saved moves at or above each target's threshold, except out of the parts in
+    ``task.frozen`` (they could be emptied); returns (loads, moves)."""
+    start, stop = task.level.bounds(task.r)
+    own = np.asarray(np.load(task.parts, mmap_mode="r")[start:stop])
+    vw = np.asarray(task.level.vwgt()[start:stop])
+    moves = np.load(_moves_path(task))
+    os.remove(_moves_path(task))
+    row, q, gain = moves[:, 0], moves[:, 1], moves[:, 2]
     ok = np.minimum(gain, (1 << GAIN_BITS) - 1) >= np.asarray(task.accept)[q]
+    if task.frozen:
+        ok &= ~np.isin(own[row], np.asarray(task.frozen, dtype=np.int64))
     return _write(task, own, vw, row[ok], q[ok])
 
 
@@ -255,18 +277,29 @@ class Refiner:
             room_t = tuple(map(tuple, room.tolist()))
             hists = self.runner(refine_histogram, self._tasks(parts=parts, round=t,
                                 seed=self.seed, room=room_t), "multilevel: refine")
-            keys, weights = _merge(hists)
-            if len(keys) == 0:
-                break
-            accept = tuple(_thresholds(keys, weights, room).tolist())
-            new_array(nxt, (self.level.num_nodes,))
-            loads, moved = self._swap(parts, nxt, self.runner(refine_apply, self._tasks(
-                parts=parts, target=nxt, round=t, seed=self.seed, room=room_t, accept=accept),
-                "multilevel: refine apply"))
+            keys, weights = _merge([h[:2] for h in hists])
+            if len(keys) == 0:       # nothing to move in this direction: a quiet round
+                for r in range(self.level.num_ranges):
+                    os.remove(_moves_path(PartsTask(self.level, r, self.num_parts, parts)))
+                moved = 0
+            else:
+                loads, moved = self._apply(parts, nxt, loads, room, t, hists, keys, weights)
             quiet = quiet + 1 if moved <= min_moves * self.level.num_nodes else 0
             if quiet >= 2:
                 break
         return loads
+
+    def _apply(self, parts, nxt, loads, room, t, hists, keys, weights):
+        # A part whose every node wants to leave could be emptied: it keeps them this round
+        # (dropping moves only lowers arrivals, so the thresholds stay safe).
+        counts = loads[:, :self.level.count_cols].sum(axis=1)
+        frozen = tuple(np.flatnonzero(sum(h[2] for h in hists) >= counts).tolist())
+        accept = tuple(_thresholds(keys, weights, room).tolist())
+        new_array(nxt, (self.level.num_nodes,))
+        return self._swap(parts, nxt, self.runner(refine_apply, self._tasks(
+            parts=parts, target=nxt, round=t, seed=self.seed,
+            room=tuple(map(tuple, room.tolist())), accept=accept, frozen=frozen),
+            "multilevel: refine apply"))
 
     def balance(self, parts: str, loads: np.ndarray, max_rounds: int = 30) -> np.ndarray:
         nxt = parts[:-4] + ".next.npy"

@@ -8,7 +8,8 @@ from typing import Protocol
 
 import numpy as np
 
-from formats import ChunkedGraph
+from formats import ChunkedGraph, FormatError
+from formats.schema import METADATA
 
 BALANCE_KEYS = ("ntypes", "train", "edges")
 
@@ -32,6 +33,15 @@ class Partitioner(Protocol):
 
     def assign(self, graph: ChunkedGraph, options: PartitionOptions, runner, out: str) -> str:
         ...
+
+
+def require_a_node_per_part(graph: ChunkedGraph, num_parts: int) -> None:
+    """FormatError (exit 2) when the graph has fewer nodes than parts: a part would be empty."""
+    total = sum(graph.num_nodes.values())
+    if num_parts > total:
+        raise FormatError(f"{num_parts} parts but the graph has {total} nodes: a part would be "
+                          "empty; use at most as many parts as nodes",
+                          file=graph.path(METADATA), field="--num-parts")
 
 
 def create_assignment_files(graph: ChunkedGraph, out: str) -> None:

@@ -24,11 +24,10 @@ import numpy as np
 
 from formats import ChunkedGraph, FormatError
 from formats.output import save_npy
-from formats.schema import METADATA
 from formats.validate import read_checked_edges
 from ..arrayops import unique_ints
 from ..convert.sources import open_field
-from .base import PartitionOptions
+from .base import PartitionOptions, require_a_node_per_part
 from .metis_capi import part_graph
 from .rebalance import rebalance
 
@@ -121,16 +120,7 @@ class MetisTask:
 
 
 def metis_parts(task: MetisTask) -> dict:
-    """Build the CSR, run METIS, write ``<ntype>.npy``. Returns METIS's own edge cut, or
-    ``{"problem": FormatError}`` for bad input (raised by the client: a task never raises it,
-    so the message reaches the user as it is)."""
-    try:
-        return _metis_parts(task)
-    except FormatError as err:
-        return {"problem": err}
-
-
-def _metis_parts(task: MetisTask) -> dict:
+    """Build the CSR, run METIS, write ``<ntype>.npy``. Returns METIS's own edge cut."""
     graph, opts = task.graph, task.options
     xadj, adjncy, in_degree = symmetric_csr(graph, with_in_degree="edges" in opts.balance)
     weights = vertex_weights(graph, opts.balance, in_degree)
@@ -172,16 +162,10 @@ class MetisPartitioner:
     name = "metis"
 
     def assign(self, graph: ChunkedGraph, options: PartitionOptions, runner, out: str) -> str:
-        total = sum(graph.num_nodes.values())
-        if options.num_parts > total:  # METIS would put every node in one part, and exit 0
-            raise FormatError(f"{options.num_parts} parts but the graph has {total} nodes: a "
-                              "part would be empty; use at most as many parts as nodes",
-                              file=graph.path(METADATA), field="--num-parts")
+        require_a_node_per_part(graph, options.num_parts)  # METIS would exit 0 regardless
         if "train" in options.balance:   # fail fast, before the graph is assembled
             has = any("train_mask" in graph.node_data.get(t, {}) for t in graph.node_types)
             if not has:
                 train_column(graph, 0)
         (self.info,) = runner(metis_parts, [MetisTask(graph, options, out)], "metis")
-        if "problem" in self.info:
-            raise self.info["problem"]
         return self.name

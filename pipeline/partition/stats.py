@@ -16,7 +16,7 @@ import tempfile
 
 import numpy as np
 
-from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError
+from formats import ChunkedGraph, ChunkFiles, EdgeType
 from formats.assignment import Assignment
 from formats.output import save_npy
 from formats.validate import read_checked_edges
@@ -41,15 +41,7 @@ class EdgeStatsTask:
 
 
 def edge_chunk_stats(task: EdgeStatsTask):
-    """``(owned edges per part, cut edges)``; writes each part's distinct halo sources. Bad
-    input comes back as its :class:`FormatError` (the client raises it)."""
-    try:
-        return _edge_chunk_stats(task)
-    except FormatError as err:
-        return err
-
-
-def _edge_chunk_stats(task: EdgeStatsTask):
+    """``(owned edges per part, cut edges)``; writes each part's distinct halo sources."""
     p = task.assignment.meta.num_parts
     # Checked before the IDs index the assignment: a negative one would read from its end.
     src, dst = read_checked_edges(task.path, task.files, rows=task.rows, num_src=task.num_src,
@@ -124,9 +116,6 @@ def partition_stats(graph: ChunkedGraph, assignment: Assignment, runner) -> dict
                                      masks) for s in range(0, graph.num_nodes[t], NODE_SLICE)]
     try:
         edge_results = runner(edge_chunk_stats, edge_tasks, "stats (edges)")
-        for result in edge_results:
-            if isinstance(result, FormatError):
-                raise result
         halo_tasks = [(os.path.join(scratch, t, f"p{q:05d}"), graph.num_nodes[t])
                       for t in graph.node_types for q in range(p)]
         halo_counts = runner(count_halo, halo_tasks, "stats (halo)")

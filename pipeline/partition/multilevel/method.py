@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import ChunkedGraph, FormatError
-from formats.schema import METADATA
+from formats import ChunkedGraph
 
-from ..base import PartitionOptions, create_assignment_files
+from ..base import PartitionOptions, create_assignment_files, require_a_node_per_part
 from ..metis_method import OBJECTIVES, type_offsets
 from .budget import derive_budget, worker_memory_bytes
 from .coarsen import cluster
@@ -77,11 +76,7 @@ class MultilevelPartitioner:
 
     def assign(self, graph: ChunkedGraph, options: PartitionOptions, runner, out: str) -> str:
         k = options.num_parts
-        total = sum(graph.num_nodes.values())
-        if k > total:
-            raise FormatError(f"{k} parts but the graph has {total} nodes: a part would be "
-                              "empty; use at most as many parts as nodes",
-                              file=graph.path(METADATA), field="--num-parts")
+        require_a_node_per_part(graph, k)
         work = os.path.join(out, ".multilevel")
         shutil.rmtree(work, ignore_errors=True)
         try:

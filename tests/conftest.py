@@ -88,7 +88,8 @@ def mag_parts(scheduler, tmp_path_factory):
 
 
 def shared_data(*parts) -> str:
-    """A real dataset: bundled in examples/data (Cora, CiteSeer), else from ../shared/data."""
+    """A real dataset: bundled in examples/data (Cora, CiteSeer, partial ogbn-arxiv), else from
+    ../shared/data."""
     path = os.path.join(BUNDLED_DATA, *parts)
     if not os.path.exists(path):
         path = os.path.join(SHARED_DATA, *parts)

@@ -154,15 +154,16 @@ def read_checked_edges(path: str, files: ChunkFiles, *, rows: int | None, num_sr
     return src, dst
 
 
-def check_finite(values: np.ndarray, nan_policy: str, *, file: str, field: str,
-                 row0: int = 0) -> str | None:
+def check_finite(values: np.ndarray, nan_policy: str, *, file: str, field: str | None,
+                 row0: int = 0, hint: str = " (use --nan warn to accept)") -> str | None:
     """Apply ``nan_policy`` to NaN/inf in float ``values`` (rows ``row0...`` of ``file``).
 
     "error" raises :class:`FormatError` naming the first bad row; "warn" returns the warning
     text (the caller logs or collects it); "ignore" and non-float data return None at once.
     The clean case costs one sum, no temporary: NaN or inf anywhere makes the sum non-finite
     (measured: one pass, faster than isfinite().all() or min and max). Only then is the
-    per-value mask built, which also clears a sum that merely overflowed.
+    per-value mask built, which also clears a sum that merely overflowed. ``hint`` ends the
+    error's message (what the user can do about it).
     """
     if nan_policy == "ignore" or values.dtype.kind not in "fc" or values.size == 0:
         return None
@@ -178,7 +179,7 @@ def check_finite(values: np.ndarray, nan_policy: str, *, file: str, field: str,
     err = FormatError("NaN or inf value", file=file, field=field,
                       row=row0 + int(np.flatnonzero(~finite)[0]))
     if nan_policy == "error":
-        raise FormatError(err.message + " (use --nan warn to accept)", file=err.file,
+        raise FormatError(err.message + hint, file=err.file,
                           field=err.field, row=err.row)
     return str(err)
 

@@ -27,6 +27,7 @@ from formats.errors import FormatError
 from formats.integrity import PART_JSON, check_part_files, npy_data_bytes, npy_header, \
     read_part_json
 from formats.partitioned import PartitionedGraph
+from formats.validate import check_finite
 
 SLICE_ELEMENTS = 1 << 22
 MASKS = ("train_mask", "val_mask", "test_mask")
@@ -206,11 +207,8 @@ def _check_increasing(arr: np.ndarray, path: str, lo: int, hi: int, strict: bool
 
 
 def _check_finite(arr: np.ndarray, path: str) -> None:
-    """No NaN or inf in float data: min and max per slice propagate both (no temporary array
-    unless a slice fails)."""
+    """No NaN or inf in float data, slice by slice (the pipeline's own check)."""
     if arr.dtype.kind not in "fc":
         return
     for start, chunk in _slices(arr):
-        if len(chunk) and not (np.isfinite(chunk.min()) and np.isfinite(chunk.max())):
-            rows = np.flatnonzero(~np.isfinite(chunk.reshape(len(chunk), -1)).all(axis=1))
-            raise FormatError("NaN or inf value", file=path, row=start + int(rows[0]))
+        check_finite(chunk, "error", file=path, field=None, row0=start, hint="")

@@ -17,10 +17,9 @@ BUNDLED_DATA = os.path.join(os.path.dirname(__file__), "..", "examples", "data")
 
 @pytest.fixture(scope="session")
 def scheduler():
-    from distributed import LocalCluster
+    from pipeline.cluster import local_cluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster:
+    with local_cluster(2) as cluster:
         yield cluster.scheduler_address
 
 

@@ -17,10 +17,11 @@ MB = 1 << 20
 @contextmanager
 def fresh_cluster(workers: int = 2):
     """Yields ``(ClusterOptions pointing at it, client)``; workers are new processes."""
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    from pipeline.cluster import local_cluster
+
+    with local_cluster(workers) as cluster, Client(cluster) as client:
         yield ClusterOptions(scheduler=cluster.scheduler_address, progress=False), client
 
 

@@ -65,15 +65,18 @@ def propose(task: RoundTask) -> int:
     cw = np.load(f.state("cw", False), mmap_mode="r")
     own = np.asarray(labels[start:stop])
     vw = np.asarray(lv.vwgt()[start:stop])
-    keys, conn = sum_by_key(csr.rows() * n + np.asarray(labels[csr.adj]), csr.wgt)
+    # Only movers propose: their entries alone are gathered and summed (half the sort).
+    movers = (mix(task.seed, f.round, 1, np.arange(start, stop)) & np.uint64(1)) == 1
+    rows = csr.rows()
+    take = movers[rows]
+    keys, conn = sum_by_key(rows[take] * n + np.asarray(labels[csr.adj[take]]), csr.wgt[take])
     row, cl = keys // n, keys % n
     mine = cl == own[row]
     self_conn = np.zeros(stop - start, dtype=np.int64)
     self_conn[row[mine]] = conn[mine]
-    # The coin is hashed once per node, then read per entry (entries are ~20x the nodes).
-    movers = ((mix(task.seed, f.round, 1, np.arange(start, stop)) & np.uint64(1)) == 1)[row]
-    stayers = (mix(task.seed, f.round, 1, cl) & np.uint64(1)) == 0
-    cand = np.flatnonzero(~mine & movers & stayers & (conn > self_conn[row]))
+    cand = np.flatnonzero(~mine & (conn > self_conn[row]))
+    stayers = (mix(task.seed, f.round, 1, cl[cand]) & np.uint64(1)) == 0
+    cand = cand[stayers]
     caps = np.asarray(task.caps)
     w = vw[row[cand]]
     fits = ((np.asarray(cw[cl[cand]]) + w <= caps) | (w == 0)).all(axis=1)

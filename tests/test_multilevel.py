@@ -98,6 +98,10 @@ def test_level0_is_the_symmetric_simple_graph(awkward, tmp_path):
                                   np.diff(xadj))
     np.testing.assert_array_equal(np.concatenate([c.adj for c in csrs]), adj)
     assert all((c.wgt == 1).all() for c in csrs)          # deduplicated: unit weights
+    # ... which are not stored, and IDs below 2^31 are stored as int32 (disk at 10^9 edges).
+    assert not list(tmp_path.glob("L0/*.wgt.npy"))
+    assert all(np.load(level.csr_path(r, "adj"), mmap_mode="r").dtype == np.int32
+               for r in range(level.num_ranges))
     np.testing.assert_array_equal(np.asarray(level.vwgt())[:, 1], indeg)
 
 
@@ -247,3 +251,17 @@ def test_refinement_never_empties_a_part(tmp_path):
     loads = refiner.refine(parts, refiner.loads(parts), rounds=4)
     assert loads[:, 0].tolist() == [5, 1]
     assert np.load(parts).tolist() == [1, 0, 0, 0, 0, 0]
+
+
+def test_budget_follows_memory_and_stays_flat():
+    from pipeline.partition.multilevel.budget import FLAT_EDGES, derive_budget
+
+    # A quarter of metis's estimate, in weighted coarse edges, at 10^6 input edges ...
+    small = derive_budget(10**6, 16 << 30, None)
+    assert small.edges == int(10**6 / 4 / 1.5) and "1/4 of --method metis" in small.how
+    # ... capped so that the coarse task does not grow with the input (flat worker peak) ...
+    assert derive_budget(10**8, 16 << 30, None).edges == FLAT_EDGES
+    # ... within half a small worker's limit, never below the floor; an override wins.
+    assert derive_budget(10**8, 100 << 20, None).edges == int((100 << 20) * 0.5 / 405)
+    assert derive_budget(10**3, None, None).edges == 10_000
+    assert derive_budget(10**8, 16 << 30, 12345).edges == 12345

@@ -5,7 +5,8 @@ RSS (exact: the kernel's high-water mark), worker peak anonymous memory and peak
 resident pages (memory-mapped files; both sampled from /proc/self/smaps_rollup at 20 Hz, so a
 spike shorter than 50 ms can be missed) and edge cut of ``--method random``, ``--method metis``
 and ``--method multilevel`` (default budget: derived from memory; ``--coarse-edges`` to force
-one; its cut, time and peaks are also given as ratios to metis's, with the coarsening levels),
+one; its cut, time and peaks are also given as ratios to metis's, with the coarsening levels;
+``forced``: again with the budget forced to 1/32 of the edges, at least 10^4, as issue 18 asks),
 and graphprep's METIS step
 (CSR assembly from the chunks + METIS + assignment + statistics) against a direct
 single-process pymetis call on the same graph in the same run (the baseline reads the same
@@ -96,7 +97,8 @@ def main():
     ap.add_argument("--parts", default="2,4,8")
     ap.add_argument("--coarse-edges", type=int, default=None,
                     help="multilevel budget (default: derived from memory)")
-    ap.add_argument("--methods", default="random,metis,multilevel,direct")
+    ap.add_argument("--methods", default="random,metis,multilevel,forced,direct",
+                    help="forced: multilevel with --coarse-edges max(10^4, edges/32)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench_partition_")
     try:
@@ -122,6 +124,12 @@ def main():
                                                   "multilevel", p, args.coarse_edges)
                 if "edge_cut" in row.get("metis", {}):
                     ml.update(vs_metis(ml, row["metis"]))
+            if "forced" in methods:       # issue 18: coarsening forced to 1/32 of the edges
+                forced = row["multilevel_forced"] = run_ours(
+                    graph, os.path.join(tmp, f"f{p}"), "multilevel", p,
+                    max(10_000, spec.num_edges // 32))
+                if "edge_cut" in row.get("metis", {}):
+                    forced.update(vs_metis(forced, row["metis"]))
             if "direct" in methods:
                 direct = run_baseline(DIRECT.format(graph=graph, n=spec.num_nodes, p=p))
                 row["direct_pymetis"] = {k: round(v, 2) if isinstance(v, float) else v

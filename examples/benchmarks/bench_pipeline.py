@@ -2,7 +2,8 @@
 
 synth (the chunk step) -> partition (--method, default random; 4 parts) -> dispatch -> verify on
 a synth graph of 10^7 edges (and 10^8 with --large; only 10^9 with --huge): seconds, edges/s
-per step, peak RSS per worker (fresh workers per step), disk used, output size. Baseline in the same run: an in-memory single-process route
+per step, peak RSS per worker (fresh workers per step), disk used (and the peak of each step's
+writes, intermediate files included), output size. Baseline in the same run: an in-memory single-process route
 (load all edges and node data, numpy argsort relabel, write the same part files).
 """
 
@@ -14,6 +15,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import fresh_cluster, run_baseline, timer, worker_peak_rss_mb  # noqa: E402
@@ -72,13 +74,41 @@ def du(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
 
 
-def step(name, edges, fn):
-    with fresh_cluster() as (opts, client):
+class DiskPeak:
+    """Peak bytes used on ``path``'s file system above its use at start (sampled every 2 s in
+    a thread: intermediate files of a step count, such as the multilevel levels)."""
+
+    def __init__(self, path: str, interval_s: float = 2.0):
+        self.path, self.interval_s = path, interval_s
+        self.base = self.peak = shutil.disk_usage(path).used
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self):
+        while not self._stop.wait(self.interval_s):
+            self.peak = max(self.peak, shutil.disk_usage(self.path).used)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, shutil.disk_usage(self.path).used)
+
+    @property
+    def peak_mb(self) -> int:
+        return round((self.peak - self.base) / 2**20)
+
+
+def step(name, edges, fn, disk_of: str):
+    with fresh_cluster() as (opts, client), DiskPeak(disk_of) as disk:
         with timer() as t:
             fn(opts)
         rss = worker_peak_rss_mb(client)
     return {"seconds": round(t["s"], 2), "edges_per_s": round(edges / t["s"]),
-            "worker_peak_rss_mb": rss}
+            "worker_peak_rss_mb": rss, "peak_disk_written_mb": disk.peak_mb}
 
 
 def pipeline(tmp: str, edges: int, parts: int, method: str = "random",
@@ -89,13 +119,13 @@ def pipeline(tmp: str, edges: int, parts: int, method: str = "random",
     g, a, d = (os.path.join(tmp, x) for x in ("graph", "assign", "parts"))
     spec = SynthSpec(num_nodes=edges // 10, num_edges=edges, feat_dim=16)
     res = {"edges": edges, "nodes": spec.num_nodes, "parts": parts, "method": method}
-    res["synth"] = step("synth", edges, lambda o: run_synth(spec, g, 1 << 20, o))
+    res["synth"] = step("synth", edges, lambda o: run_synth(spec, g, 1 << 20, o), tmp)
     res["synth"]["disk_mb"] = round(du(g) / 2**20)
     res[f"partition_{method}"] = step("partition", edges, lambda o: run_partition(
-        g, a, method, PartitionOptions(parts), o))
+        g, a, method, PartitionOptions(parts), o), tmp)
     res[f"partition_{method}"]["disk_mb"] = round(du(a) / 2**20)
-    res["dispatch"] = step("dispatch", edges, lambda o: run_dispatch(g, a, d, o))
-    res["verify"] = step("verify", edges, lambda o: run_verify(g, d, o))
+    res["dispatch"] = step("dispatch", edges, lambda o: run_dispatch(g, a, d, o), tmp)
+    res["verify"] = step("verify", edges, lambda o: run_verify(g, d, o), tmp)
     res["output_mb"] = round(du(d) / 2**20)
     steps = ("synth", f"partition_{method}", "dispatch", "verify")
     res["total_s"] = round(sum(res[s]["seconds"] for s in steps), 1)

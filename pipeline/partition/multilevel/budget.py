@@ -6,7 +6,11 @@ same per edge plus its edge weights (adjwgt: the coarse CSR is ~1.5x the unweigh
 budget keeps the coarse METIS task within a quarter of what ``metis`` would need on the input,
 so that with the worker's own baseline (~150 MB) its peak stays under a third of ``metis``'s
 (measured at 10^7 edges: ~385 B per coarse edge above the baseline, model 405), and within
-half of the smallest worker's memory limit.
+half of the smallest worker's memory limit. It is also capped at ``FLAT_EDGES``: a quarter of
+``metis`` grows with the input, and the coarse task would then become the worker peak of a
+big graph (6.7 GB at 10^8 edges); at 10^6 coarse edges it holds about what a range task holds
+(~400 MB), so the worker peak stays flat as the graph grows. METIS itself coarsens to a few
+hundred nodes: a coarse graph of 10^6 edges leaves it ample room.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ WEIGHTED_FACTOR = 1.5               # coarse CSR carries adjwgt
 SHARE_OF_METIS = 1 / 4
 SHARE_OF_WORKER = 0.5
 MIN_EDGES = 10_000                  # below this, METIS's memory is negligible anyway
+FLAT_EDGES = 1_000_000              # ~400 MB in the coarse task: about a range task's peak
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,9 @@ def derive_budget(input_edges: int, worker_bytes: int | None, override: int | No
            f"{input_edges:,} edges at {METIS_BYTES_PER_EDGE * WEIGHTED_FACTOR:.0f} B per "
            f"weighted coarse edge -> {by_share:,}")
     edges = by_share
+    if by_share > FLAT_EDGES:
+        how += f"; capped at {FLAT_EDGES:,} (the coarse task within a range task's memory)"
+        edges = FLAT_EDGES
     if worker_bytes:
         by_worker = int(worker_bytes * SHARE_OF_WORKER / (METIS_BYTES_PER_EDGE *
                                                           WEIGHTED_FACTOR))

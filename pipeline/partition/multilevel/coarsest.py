@@ -34,8 +34,8 @@ def partition_coarsest(task: CoarsestTask) -> dict:
     csrs = [lv.read_csr(r) for r in range(lv.num_ranges)]
     xadj = np.zeros(lv.num_nodes + 1, dtype=np.int64)
     np.cumsum(np.concatenate([np.diff(c.indptr) for c in csrs]), out=xadj[1:])
-    adjncy = np.concatenate([c.adj for c in csrs])
-    adjwgt = np.concatenate([c.wgt for c in csrs])
+    adjncy = np.concatenate([c.adj for c in csrs]).astype(np.int64, copy=False)
+    adjwgt = np.concatenate([c.wgt for c in csrs]).astype(np.int64, copy=False)
     del csrs
     weights = np.asarray(lv.vwgt())
     cut, parts = part_graph(task.num_parts, xadj, adjncy, weights, seed=task.seed,

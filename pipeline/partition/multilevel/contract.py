@@ -19,7 +19,7 @@ import numpy as np
 
 from formats.output import save_npy
 
-from .layout import Level, new_array, sum_by_key, write_csr
+from .layout import Level, narrowest, new_array, sum_by_key, write_csr
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def bucket_edges(task: ContractTask) -> None:
                         nc) * nc
     target = fine.path(f"contract/b{task.r:05d}")
     save_npy(target + ".keys.npy", keys)
-    save_npy(target + ".wgt.npy", wgt)
+    save_npy(target + ".wgt.npy", wgt.astype(narrowest(wgt.max() + 1 if len(wgt) else 0)))
     save_npy(target + ".off.npy", np.searchsorted(keys, bounds))
 
 
@@ -97,7 +97,7 @@ def merge_range(task: MergeTask) -> int:
                                                                           off[task.s + 1]]))
         wgts.append(np.asarray(np.load(base + ".wgt.npy", mmap_mode="r")[off[task.s]:
                                                                          off[task.s + 1]]))
-    keys, wgt = sum_by_key(np.concatenate(keys), np.concatenate(wgts))
+    keys, wgt = sum_by_key(np.concatenate(keys), np.concatenate(wgts).astype(np.int64))
     nc = task.coarse.num_nodes
     start, _ = task.coarse.bounds(task.s)
     write_csr(task.coarse, task.s, keys // nc - start, keys % nc, wgt)

@@ -24,6 +24,7 @@ from .coarsen import cluster
 from .coarsest import CoarsestTask, partition_coarsest
 from .contract import contract
 from .layout import Level
+from .jet import jet_refine
 from .refine import Refiner
 from .symmetric import build_level0
 
@@ -66,7 +67,9 @@ class MultilevelPartitioner:
     name = "multilevel"
 
     def __init__(self, range_size: int = 1 << 17, coarsen_rounds: int = 4,
-                 refine_rounds: int = 12, min_moves: float = 0.001):
+                 refine_rounds: int = 12, min_moves: float = 0.001,
+                 refinement: str = "jet", jet_loss: float = 0.25):
+        self.refinement, self.jet_loss = refinement, jet_loss
         self.range_size, self.coarsen_rounds = range_size, coarsen_rounds
         # Refinement of a level ends after two rounds in a row (one per direction) moving
         # fewer than min_moves of its nodes: the last rounds of a level move a few hundred
@@ -131,7 +134,11 @@ class MultilevelPartitioner:
             parts = fine.path("parts.npy")
             loads = refiner.project(coarse_parts, fine.path("f2c.npy"), parts)
             loads = refiner.balance(parts, loads)
-            loads = refiner.refine(parts, loads, self.refine_rounds, self.min_moves)
+            if self.refinement in ("lp", "lp+jet"):
+                loads = refiner.refine(parts, loads, self.refine_rounds, self.min_moves)
+            if self.refinement in ("jet", "lp+jet"):
+                loads = jet_refine(refiner, parts, loads, self.refine_rounds,
+                                   loss=self.jet_loss)
             coarse_parts = parts
         if len(levels) == 1:
             refiner = Refiner(top, k, caps, seed, runner)

@@ -88,7 +88,7 @@ def _log_dashboard(client) -> None:
 
 
 def _require_workers(client, names) -> None:
-    have = {w.get("name") for w in client.scheduler_info()["workers"].values()}
+    have = {w.get("name") for w in workers_info(client).values()}
     missing = [n for n in names if n not in have]
     if missing:
         from formats import FormatError
@@ -116,10 +116,17 @@ class LostWorkerError(RuntimeError):
     """A worker that tasks need left the cluster and did not come back in time."""
 
 
+def workers_info(client) -> dict[str, dict]:
+    """The scheduler's current workers, address -> info, asked afresh. Not through
+    ``client.scheduler_info()``: it returns the client's cached identity, which the client's
+    own periodic refresh (without workers) can overwrite between the fetch and the return;
+    under load that showed as every worker 'leaving' and 'coming back' at once."""
+    return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
+
+
 def _workers_by_name(client) -> dict[str, str]:
     """Current workers: name -> address."""
-    return {str(w.get("name")): addr
-            for addr, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+    return {str(w.get("name")): addr for addr, w in workers_info(client).items()}
 
 
 class TaskRunner:

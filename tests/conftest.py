@@ -69,6 +69,14 @@ def cora_chunked(scheduler, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def citeseer_chunked(scheduler, tmp_path_factory):
+    """CiteSeer from its Planetoid files, chunked once for the session."""
+    out = tmp_path_factory.mktemp("citeseer") / "chunked"
+    run_prep(scheduler, "chunk", shared_data("planetoid"), out, "--name", "citeseer")
+    return out
+
+
+@pytest.fixture(scope="session")
 def homo(tmp_path_factory, scheduler):
     """A homogeneous synth graph (20k nodes, 200k edges, chunks of 60k rows), made once."""
     out = tmp_path_factory.mktemp("ml") / "homo"

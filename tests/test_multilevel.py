@@ -30,6 +30,21 @@ def hetero(tmp_path_factory, scheduler):
 
 
 @pytest.fixture(scope="module")
+def powerlaw(tmp_path_factory, scheduler):
+    """A Chung-Lu graph (power-law expected degrees, exponent ~2.4, no communities): 40k
+    nodes, 2.4*10^5 edges."""
+    root = tmp_path_factory.mktemp("ml")
+    rng = np.random.default_rng(11)
+    n, m = 40_000, 240_000
+    w = np.arange(1, n + 1) ** -0.7
+    w /= w.sum()
+    np.savez(root / "e.npz", src=rng.choice(n, m, p=w), dst=rng.choice(n, m, p=w),
+             num_nodes=np.int64(n))
+    run_prep(scheduler, "chunk", root / "e.npz", root / "g", "--chunk-size", 100_000)
+    return root / "g"
+
+
+@pytest.fixture(scope="module")
 def awkward(tmp_path_factory, scheduler):
     """Four dense communities plus: a hub adjacent to 1000 nodes, 149 isolated nodes, a path
     component of its own, 500 duplicated edges and 100 self-loops."""
@@ -105,27 +120,42 @@ def test_level0_is_the_symmetric_simple_graph(awkward, tmp_path):
     np.testing.assert_array_equal(np.asarray(level.vwgt())[:, 1], indeg)
 
 
-@pytest.mark.parametrize("k", [2, 4, 8])
-def test_cut_close_to_metis_on_synth_with_coarsening(homo, tmp_path, k):
-    ml = MultilevelPartitioner(range_size=4096)
-    parts = assign(ml, homo, options(k, coarse_edges=10_000), tmp_path / "ml")
-    ref = assign(MetisPartitioner(), homo, options(k), tmp_path / "metis")
-    assert len(ml.info["levels"]) >= 3                    # coarsening really happened
-    assert ml.info["coarse_edges"] <= 10_000
-    ratio = cut_of(homo, parts) / cut_of(homo, ref)
-    assert ratio <= 1.10, ratio
-    assert max_imbalance(homo, parts, (), k).max() <= 1.03 + 1e-9
+def cut_ratio(graph_dir, k, out, coarse_edges=None, range_size=4096, min_levels=1):
+    """Multilevel's cut over METIS's on ``graph_dir``; checks levels and balance."""
+    ml = MultilevelPartitioner(range_size=range_size)
+    parts = assign(ml, graph_dir, options(k, coarse_edges=coarse_edges), out / "ml")
+    ref = assign(MetisPartitioner(), graph_dir, options(k), out / "metis")
+    assert len(ml.info["levels"]) >= min_levels           # coarsening really happened
+    if coarse_edges:
+        assert ml.info["coarse_edges"] <= coarse_edges
+    assert max_imbalance(graph_dir, parts, (), k).max() <= 1.03 + 1e-9
+    return cut_of(graph_dir, parts) / cut_of(graph_dir, ref)
 
 
+def test_forced_coarsening_cut_close_to_metis(homo, hetero, powerlaw, tmp_path):
+    """Issue 18: the budget forced to 1/32 of the edges (at least 10^4) on every graph of
+    >= 10^5 edges, k in 2, 4, 8: each cut <= 1.10x METIS's, geometric mean <= 1.05x. The
+    power-law graph has no communities: positive-gain refinement alone stayed 1.2-1.3x
+    METIS there (a dense core must swap places with the periphery)."""
+    ratios = {}
+    for name, g in (("homo", homo), ("hetero", hetero), ("powerlaw", powerlaw)):
+        m = sum(load_chunked_graph(str(g)).num_edges.values())
+        assert m >= 10**5
+        for k in (2, 4, 8):
+            ratios[name, k] = cut_ratio(g, k, tmp_path / f"{name}{k}",
+                                        max(10_000, m // 32), min_levels=3)
+    assert max(ratios.values()) <= 1.10, ratios
+    assert np.exp(np.mean(np.log(list(ratios.values())))) <= 1.05, ratios
+
+
+@pytest.mark.parametrize("name", ["cora", "citeseer"])
 @pytest.mark.parametrize("k", [2, 4, 8])
-def test_cut_close_to_metis_on_cora(cora_chunked, tmp_path, k):
-    ml = MultilevelPartitioner(range_size=1000)
-    # Cora has ~10^4 edges: a budget of 1000 forces several levels.
-    parts = assign(ml, cora_chunked, options(k, coarse_edges=1000), tmp_path / "ml")
-    ref = assign(MetisPartitioner(), cora_chunked, options(k), tmp_path / "metis")
-    assert len(ml.info["levels"]) >= 2
-    ratio = cut_of(cora_chunked, parts) / cut_of(cora_chunked, ref)
-    assert ratio <= 1.10, ratio
+def test_cut_close_to_metis_on_planetoid(cora_chunked, citeseer_chunked, tmp_path, name, k):
+    g = cora_chunked if name == "cora" else citeseer_chunked
+    # At the default budget (too small to coarsen: METIS plus balance) and forced down to
+    # 1000 coarse edges of their ~10^4 (several levels of coarsening and refinement).
+    assert cut_ratio(g, k, tmp_path / "default") <= 1.10
+    assert cut_ratio(g, k, tmp_path / "forced", 1000, 1000, min_levels=2) <= 1.10
 
 
 @pytest.mark.parametrize("k", [2, 4])
@@ -222,14 +252,14 @@ def test_auto_picks_metis_when_it_fits_else_multilevel(homo, tmp_path, prep, mon
     assert meta["stats"]["auto"]["budget_bytes"] == int((1 << 20) * auto.SHARE)
 
 
-def test_refinement_never_empties_a_part(tmp_path):
-    """Node 0, alone in part 1, has every neighbour in part 0 and room there: the best move
-    for the cut, but it would leave part 1 empty, so it stays."""
+def tiny_level(folder, edges, parts_now, range_size=4):
+    """A level of unit-weight nodes from an undirected edge list, and its ``parts.npy``."""
     from pipeline.partition.multilevel.layout import Level, new_array, write_csr
-    from pipeline.partition.multilevel.refine import Refiner
 
-    level = Level(str(tmp_path), 6, 4, 1, 1)
-    edges = np.array([(0, 1), (0, 2), (0, 3), (1, 2), (4, 5), (3, 4)])
+    n = len(parts_now)
+    os.makedirs(folder, exist_ok=True)
+    level = Level(str(folder), n, range_size, 1, 1)
+    edges = np.asarray(edges)
     src = np.concatenate([edges[:, 0], edges[:, 1]])
     dst = np.concatenate([edges[:, 1], edges[:, 0]])
     for r in range(level.num_ranges):
@@ -238,30 +268,54 @@ def test_refinement_never_empties_a_part(tmp_path):
         order = np.lexsort((dst[mine], src[mine]))
         write_csr(level, r, src[mine][order] - start, dst[mine][order],
                   np.ones(int(mine.sum()), dtype=np.int64))
-    new_array(level.path("vwgt.npy"), (6, 1))
+    new_array(level.path("vwgt.npy"), (n, 1))
     vw = level.vwgt("r+")
     vw[:] = 1
     vw.flush()
     parts = level.path("parts.npy")
-    new_array(parts, (6,))
+    new_array(parts, (n,))
     p = np.load(parts, mmap_mode="r+")
-    p[:] = [1, 0, 0, 0, 0, 0]
+    p[:] = parts_now
     p.flush()
+    return level, parts
+
+
+@pytest.mark.parametrize("method", ["lp", "jet"])
+def test_refinement_never_empties_a_part(tmp_path, method):
+    """Node 0, alone in part 1, has every neighbour in part 0 and room there: the best move
+    for the cut, but it would leave part 1 empty, so it stays."""
+    from pipeline.partition.multilevel.jet import jet_refine
+    from pipeline.partition.multilevel.refine import Refiner
+
+    level, parts = tiny_level(tmp_path, [(0, 1), (0, 2), (0, 3), (1, 2), (4, 5), (3, 4)],
+                              [1, 0, 0, 0, 0, 0])
     refiner = Refiner(level, 2, np.array([6.0]), 0, local_runner)
-    loads = refiner.refine(parts, refiner.loads(parts), rounds=4)
+    if method == "lp":
+        loads = refiner.refine(parts, refiner.loads(parts), rounds=4)
+    else:
+        loads = jet_refine(refiner, parts, refiner.loads(parts), rounds=4)
     assert loads[:, 0].tolist() == [5, 1]
     assert np.load(parts).tolist() == [1, 0, 0, 0, 0, 0]
+    assert not [f for f in os.listdir(tmp_path) if ".jet_" in f or ".best" in f]
 
 
-def test_budget_follows_memory_and_stays_flat():
-    from pipeline.partition.multilevel.budget import FLAT_EDGES, derive_budget
+def test_jet_swaps_where_positive_gain_moves_are_stuck(tmp_path):
+    """Two 4-cliques joined by one edge, with nodes 3 and 7 on the wrong sides and no room
+    (caps of exactly 4): no single move fits, so label propagation keeps the cut of 7; Jet
+    moves both at once (not neighbours: the afterburner keeps both) and reaches the cut of 1."""
+    from pipeline.partition.multilevel.jet import jet_refine
+    from pipeline.partition.multilevel.refine import Refiner
 
-    # A quarter of metis's estimate, in weighted coarse edges, at 10^6 input edges ...
-    small = derive_budget(10**6, 16 << 30, None)
-    assert small.edges == int(10**6 / 4 / 1.5) and "1/4 of --method metis" in small.how
-    # ... capped so that the coarse task does not grow with the input (flat worker peak) ...
-    assert derive_budget(10**8, 16 << 30, None).edges == FLAT_EDGES
-    # ... within half a small worker's limit, never below the floor; an override wins.
-    assert derive_budget(10**8, 100 << 20, None).edges == int((100 << 20) * 0.5 / 405)
-    assert derive_budget(10**3, None, None).edges == 10_000
-    assert derive_budget(10**8, 16 << 30, 12345).edges == 12345
+    clique = [(a, b) for a in range(4) for b in range(a + 1, 4)]
+    edges = clique + [(a + 4, b + 4) for a, b in clique] + [(0, 4)]
+    start = [0, 0, 0, 1, 1, 1, 1, 0]
+    for method in ("lp", "jet"):
+        level, parts = tiny_level(tmp_path / method, edges, start, range_size=3)
+        refiner = Refiner(level, 2, np.array([4.0]), 0, local_runner)
+        if method == "lp":
+            refiner.refine(parts, refiner.loads(parts), rounds=4)
+            assert np.load(parts).tolist() == start
+        else:
+            loads = jet_refine(refiner, parts, refiner.loads(parts), rounds=4)
+            assert np.load(parts).tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+            assert loads[:, 0].tolist() == [4, 4]

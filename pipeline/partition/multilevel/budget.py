@@ -63,8 +63,8 @@ def worker_memory_bytes(runner) -> int | None:
     this machine's memory)."""
     client = getattr(runner, "client", None)
     if client is not None:
-        limits = [w.get("memory_limit") or 0
-                  for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+        from pipeline.cluster import workers_info
+        limits = [w.get("memory_limit") or 0 for w in workers_info(client).values()]
         limits = [x for x in limits if x]
         if limits:
             return int(min(limits))

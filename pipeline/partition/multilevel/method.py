@@ -34,6 +34,11 @@ STALL = 0.95          # a level keeping > 95% of the entries ends coarsening
 CAP_FACTOR = 16       # cluster weight cap: total / (P * CAP_FACTOR) per constraint
 MAX_LEVELS = 30
 MIN_RANGE_DIV = 16    # coarse ranges hold at least range_size / 16 nodes (task overhead)
+# Every shuffle (coarsening's proposals and moves, contraction) writes ranges x ranges slices,
+# and each task opens one file per range: quadratic in the range count. At 10^9 edges, 763
+# ranges of 2^17 nodes cost ~6 min of file opens per coarsening round; above this many ranges
+# a range grows with the graph instead (~16M entries per range at 10^9 edges).
+MAX_RANGES = 128
 
 
 @dataclass(frozen=True)
@@ -95,8 +100,10 @@ class MultilevelPartitioner:
 
     def _run(self, graph, options: PartitionOptions, runner, work: str) -> str:
         k, seed = options.num_parts, options.seed
-        level = build_level0(graph, options.balance, os.path.join(work, "L00"),
-                             self.range_size, runner)
+        n = sum(graph.num_nodes.values())
+        range_size = max(self.range_size, -(-n // MAX_RANGES))
+        level = build_level0(graph, options.balance, os.path.join(work, "L00"), range_size,
+                             runner)
         totals = sum(runner(range_totals, [(level, r) for r in range(level.num_ranges)],
                             "multilevel: totals")).astype(np.float64)
         budget = derive_budget(sum(graph.num_edges.values()), worker_memory_bytes(runner),
@@ -109,7 +116,7 @@ class MultilevelPartitioner:
                                  runner, self.coarsen_rounds)
             level, new_entries = contract(level, labels, cw,
                                           os.path.join(work, f"L{len(levels):02d}"), runner,
-                                          min_range=max(1, self.range_size // MIN_RANGE_DIV))
+                                          min_range=max(1, range_size // MIN_RANGE_DIV))
             levels.append(level)
             sizes.append((level.num_nodes, new_entries // 2))
             log.info("multilevel: level %d: %d nodes, %d edges", len(levels) - 1,

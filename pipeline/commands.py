@@ -191,14 +191,15 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
               default="random",
               help="random: seeded, exactly balanced per node type, chunk by chunk. metis: "
                    "pymetis on the whole graph in one task (holds its CSR: see docs). "
-                   "multilevel: coarsen chunk by chunk, METIS on the coarse graph, refine. "
-                   "auto: metis when its estimated peak (~270 B per edge) fits in 60% of the "
-                   "smallest worker memory limit, else multilevel; the choice is logged and "
-                   "stored in the statistics.")
+                   "multilevel: coarsen range by range, METIS on the coarse graph, Jet "
+                   "refinement back up (never holds the graph). auto (use it for big "
+                   "graphs): metis when its estimated peak (~270 B per edge) fits in 60% of "
+                   "the smallest worker memory limit, else multilevel; the choice is logged "
+                   "and stored in the statistics.")
 @click.option("--coarse-edges", type=click.IntRange(1), default=None, metavar="EDGES",
               help="multilevel: coarsen until at most EDGES edges are left. Default: derived "
-                   "from memory (a quarter of what --method metis would need, within the "
-                   "worker memory limit).")
+                   "from memory (a quarter of what --method metis would need, at most 10^6 so "
+                   "the worker peak stays flat, within half the worker memory limit); logged.")
 @click.option("--balance", default="", metavar="ntypes,train,edges",
               help="METIS balance constraints: node counts per type, train_mask counts, "
                    "in-degree (edges). Default: node counts.")
@@ -206,7 +207,8 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
               help="METIS objective: edge cut or communication volume.")
 @click.option("--imbalance", type=click.FloatRange(0.001, 1.0), default=0.03,
               help="METIS: allowed imbalance per constraint (0.03 = parts up to 3% over even).")
-@click.option("--seed", type=int, default=0, help="Random seed (random and METIS).")
+@click.option("--seed", type=int, default=0,
+              help="Random seed (random, METIS and multilevel).")
 @click.option("--stats", "stats_of", type=click.Path(exists=True, file_okay=False), default=None,
               metavar="ASSIGNMENT",
               callback=local_path,

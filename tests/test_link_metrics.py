@@ -126,8 +126,10 @@ def test_evaluate_link_scores_as_dict():
 @pytest.mark.parametrize("device", DEVICES)
 def test_uniform_negatives_shape_range_determinism(device):
     src = torch.tensor([0, 4, 4, 7], device=device)
-    draw = lambda seed: uniform_negatives(  # noqa: E731
-        src, 11, 5, torch.Generator(device=device).manual_seed(seed))
+
+    def draw(seed):
+        return uniform_negatives(src, 11, 5, torch.Generator(device=device).manual_seed(seed))
+
     neg_src, neg_dst = draw(3)
     assert neg_src.shape == neg_dst.shape == (20,)
     assert neg_src.dtype == neg_dst.dtype == torch.long

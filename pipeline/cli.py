@@ -122,6 +122,11 @@ def prep():
       prep dispatch CHUNKED ASSIGNMENT OUT    per-part graph delivered to machines or URLs
       prep verify CHUNKED PARTITIONED         check every edge and node survived
       prep split-edges CHUNKED OUT --etype T  held-out edges for link prediction
+
+    \b
+    Metadata only (no cluster):
+      prep inspect PATH        what a chunked graph, assignment, partitioned graph or
+                               trainer metrics file holds (counts, stats, sizes)
     """
 
 

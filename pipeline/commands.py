@@ -347,3 +347,31 @@ def split_edges(chunked, out, etype, val, test, twin, seed, overwrite, cluster: 
         click.echo(_summary(graph))
         for et, (tr, va, te) in counts.items():
             click.echo(f"  split {et}: train {tr:,}, val {va:,}, test {te:,}")
+
+
+@prep.command("inspect")
+@click.argument("path", type=click.Path(), callback=local_path)
+@click.option("--json", "as_json", is_flag=True, default=False,
+              help="Print one JSON object instead of the text summary: the same content with "
+                   "stable keys and \"kind\": chunked, assignment, partitioned or metrics "
+                   "(byte counts as integers, NaN as null). Default: text with aligned tables.")
+def inspect_cmd(path, as_json):
+    """Say what PATH holds, reading metadata only (no Dask cluster, no data loaded).
+
+    \b
+    PATH is one of graphprep's outputs:
+      chunked graph      folder with metadata.json: node/edge types with counts, chunks,
+                         data fields (dtype, shape from headers), size per section, manifest
+      assignment         folder with partition_meta.json: method, parts, edge cut,
+                         imbalance, per-part nodes/edges/train/halo, multilevel levels
+      partitioned graph  graph.json or its folder: types, per-part owned/halo nodes, edges,
+                         feature files, bytes, dispatch id, integrity manifest, part.json
+      metrics            a trainer --metrics-out JSON: task, best epoch, best and final
+                         metrics, per-rank time breakdown
+    Counts come from the metadata, dtypes and shapes from .npy headers and Parquet footers,
+    sizes from the file system: instant at any graph size. Anything else: exit 2 naming PATH.
+    """
+    from .inspect import describe, render_json, render_text
+
+    info = describe(path)
+    click.echo(render_json(info) if as_json else render_text(info))

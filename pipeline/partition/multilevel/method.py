@@ -74,11 +74,14 @@ class MultilevelPartitioner:
     def __init__(self, range_size: int = 1 << 17, coarsen_rounds: int = 4,
                  refine_rounds: int = 12, min_moves: float = 0.001,
                  refinement: str = "jet", jet_loss: float = 0.25):
+        # "jet" (default): Jet rounds (jet.py), up to refine_rounds, ending after 3 rounds
+        # without a better balanced cut. "lp": positive-gain label propagation within the
+        # room of each part (refine.py), kept as the reference Jet is measured against: it
+        # ends after two rounds in a row (one per direction) moving fewer than min_moves of
+        # the nodes. jet_loss: a Jet candidate may lose up to this share of its home
+        # connection.
         self.refinement, self.jet_loss = refinement, jet_loss
         self.range_size, self.coarsen_rounds = range_size, coarsen_rounds
-        # Refinement of a level ends after two rounds in a row (one per direction) moving
-        # fewer than min_moves of its nodes: the last rounds of a level move a few hundred
-        # nodes for a full pass over its edges each (measured at 10^7 edges).
         self.refine_rounds, self.min_moves = refine_rounds, min_moves
         self.info: dict = {}
 
@@ -141,11 +144,11 @@ class MultilevelPartitioner:
             parts = fine.path("parts.npy")
             loads = refiner.project(coarse_parts, fine.path("f2c.npy"), parts)
             loads = refiner.balance(parts, loads)
-            if self.refinement in ("lp", "lp+jet"):
-                loads = refiner.refine(parts, loads, self.refine_rounds, self.min_moves)
-            if self.refinement in ("jet", "lp+jet"):
+            if self.refinement == "jet":
                 loads = jet_refine(refiner, parts, loads, self.refine_rounds,
                                    loss=self.jet_loss)
+            else:
+                loads = refiner.refine(parts, loads, self.refine_rounds, self.min_moves)
             coarse_parts = parts
         if len(levels) == 1:
             refiner = Refiner(top, k, caps, seed, runner)

@@ -10,9 +10,10 @@ from scipy.stats import chi2_contingency, chisquare
 
 from conftest import dispatched, edges_of, node_data_of
 from formats import EdgeType
-from trainer.dist_sampler import DistNeighborSampler, relabel
+from trainer.dist_sampler import (DistNeighborSampler, Relabeler, relabel, relabel_unique,
+                                  split_by_owner, split_by_owner_argsort)
 from trainer.features import FeatureFetcher, HaloCache
-from trainer.partition import LocalPart
+from trainer.partition import LocalPart, PartitionBook
 from trainer.service import LocalTransport, PartServer
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
@@ -157,7 +158,7 @@ def test_relabel_keeps_destinations_first_and_dedupes():
                                                             torch.tensor([7, 5]))}
     block = relabel(dst, edges)
     assert block.src_nodes["a"].tolist() == [7, 3, 5] and block.num_dst == {"a": 2, "b": 0}
-    assert sorted(block.src_nodes["b"].tolist()) == [4, 9]
+    assert block.src_nodes["b"].tolist() == [9, 4]                  # first occurrence order
     for et, (s, d) in block.edges.items():
         assert block.src_nodes[et.src][s].tolist() == edges[et][1].tolist()
         assert d.tolist() == edges[et][0].tolist()
@@ -201,3 +202,103 @@ def test_halo_cache_serves_the_same_rows_with_less_traffic(cora):
     assert torch.equal(x_plain, x_cached)
     assert np.array_equal(x_cached.numpy(), feat[cluster.orig["_N"][ids].numpy()])
     assert bytes_plain - bytes_cached == 100 * 1433 * 4       # every cached row a hit
+
+
+def random_hetero_batch(g, num_nodes, ets, narrow, device):
+    """Unique destinations of one or two types and random sampled sources with duplicates
+    (``narrow``: drawn from 20 IDs, so most repeat); some types and edge lists empty."""
+    def rand(hi, size=()):
+        return torch.randint(0, hi, size, generator=g)
+    dst = {"a": torch.randperm(num_nodes["a"], generator=g)[:int(rand(120)) + 1]}
+    if int(rand(2)):
+        dst["b"] = torch.randperm(num_nodes["b"], generator=g)[:int(rand(30))]
+    edges = {}
+    for et in ets:
+        if et.dst not in dst:
+            continue
+        m = int(rand(600)) if len(dst[et.dst]) else 0
+        edges[et] = (rand(max(len(dst[et.dst]), 1), (m,)),
+                     rand(20 if narrow else num_nodes[et.src], (m,)))
+    return ({t: v.to(device) for t, v in dst.items()},
+            {et: (d.to(device), s.to(device)) for et, (d, s) in edges.items()})
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_stamp_relabel_equals_the_torch_unique_reference_batch_after_batch(device):
+    """One Relabeler, as a sampler holds it, over 40 batches in a row (stale stamps from earlier
+    batches must not leak, also after a failed call): the same nodes and the same edge
+    endpoints by global ID as relabel_unique, destinations first, then first occurrences."""
+    g = torch.Generator().manual_seed(0)
+    num_nodes = {"a": 500, "b": 80}
+    ets = [EdgeType("a", "r", "a"), EdgeType("b", "w", "a"), EdgeType("a", "x", "b"),
+           EdgeType("b", "y", "b")]
+    relabeler = Relabeler(num_nodes)
+    for batch in range(40):
+        if batch == 20:                                         # fails midway: still clean
+            with pytest.raises(ValueError, match="not unique"):
+                relabeler({"a": torch.tensor([3, 9, 3], device=device)},
+                          {EdgeType("a", "r", "a"): (torch.tensor([0, 1], device=device),
+                                                     torch.tensor([7, 3], device=device))})
+        dst, edges = random_hetero_batch(g, num_nodes, ets, batch % 3 == 0, device)
+        block, ref = relabeler(dst, edges), relabel_unique(dst, edges)
+        assert block.num_dst == ref.num_dst
+        assert set(block.src_nodes) == set(ref.src_nodes)
+        for t, ref_nodes in ref.src_nodes.items():
+            nodes = block.src_nodes[t]
+            assert nodes.device.type == device
+            assert sorted(nodes.tolist()) == sorted(ref_nodes.tolist())
+            assert len(set(nodes.tolist())) == len(nodes)
+            ids = torch.cat([dst.get(t, nodes[:0])] +
+                            [edges[et][1] for et in edges if et.src == t])
+            assert nodes.tolist() == list(dict.fromkeys(ids.tolist()))   # first occurrences
+        for et, (dst_pos, src_ids) in edges.items():
+            src, dst_local = block.edges[et]
+            ref_src, ref_dst = ref.edges[et]
+            assert torch.equal(block.src_nodes[et.src][src], src_ids)
+            assert torch.equal(block.src_nodes[et.src][src], ref.src_nodes[et.src][ref_src])
+            assert torch.equal(dst_local, dst_pos) and torch.equal(ref_dst, dst_pos)
+        if batch == 30:                           # keys run out: the arrays start over
+            relabeler.next_key = {t: Relabeler._KEY_LIMIT - 100 for t in relabeler.next_key}
+    assert relabeler.nbytes == 4 * (500 + 80)                  # 4 B per node, allocated once
+
+
+def test_relabel_rejects_repeated_destinations():
+    with pytest.raises(ValueError, match="not unique"):
+        relabel({"a": torch.tensor([4, 2, 4])},
+                {EdgeType("a", "r", "a"): (torch.tensor([0]), torch.tensor([1]))})
+
+
+def test_counting_owner_split_equals_the_argsort_split(cora):
+    cluster = Cluster(cora[3])
+    book = PartitionBook(cluster.parts[0].graph)
+    starts = book.starts["_N"].tolist()
+    g = torch.Generator().manual_seed(0)
+    cases = [torch.randperm(2708, generator=g)[:n] for n in (0, 1, 50, 2708)]
+    cases.append(torch.arange(starts[1], starts[2]))                      # one owner only
+    cases.append(torch.randint(0, 2708, (3000,), generator=g))            # repeats
+    for ids in cases:
+        got = split_by_owner(book, {"_N": ids}, 3)
+        want = split_by_owner_argsort(book, {"_N": ids}, 3)
+        assert [set(q) for q in got] == [set(q) for q in want]
+        assert all(torch.equal(got[q][t], want[q][t]) for q in range(3) for t in want[q])
+    one = split_by_owner(book, {"_N": torch.tensor([5, 1, 3])}, 1)    # a one-part graph
+    assert one[0]["_N"].tolist() == [0, 1, 2]
+
+
+def test_stamp_and_unique_samplers_give_the_same_first_hop(cora):
+    """The first hop's requests do not depend on the relabel, so both samplers sample the same
+    edges there; their blocks hold the same nodes and edges, in different source orders."""
+    cluster = Cluster(cora[3])
+    stamp = cluster.sampler(0, [6, 4])
+    unique = DistNeighborSampler(cluster.parts[0], cluster.servers[0], cluster.transport,
+                                 [6, 4], dedup="unique")
+    for batch in range(4):
+        seeds = torch.randperm(2708, generator=torch.Generator().manual_seed(batch))[:300]
+        a = stamp.sample("_N", seeds, seed=batch).blocks[-1]
+        b = unique.sample("_N", seeds, seed=batch).blocks[-1]
+        assert a.num_dst == b.num_dst
+        assert torch.equal(a.src_nodes["_N"][:len(seeds)], seeds)
+        assert torch.equal(b.src_nodes["_N"][:len(seeds)], seeds)
+        assert sorted(a.src_nodes["_N"].tolist()) == sorted(b.src_nodes["_N"].tolist())
+        (ea,), (eb,) = block_edges_orig(cluster, a).values(), block_edges_orig(cluster, b).values()
+        assert torch.equal(ea[0], eb[0]) and torch.equal(ea[1], eb[1])

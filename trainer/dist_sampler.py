@@ -6,12 +6,19 @@ nodes), samples the owned frontier locally meanwhile, then merges, deduplicates 
 sampled sources into a :class:`Block`. Everything is vectorized torch ops on the sampler's device;
 only the loop over hops and over the P parts is Python.
 
+Per batch, the relabel (:class:`Relabeler`) and the owner split (:func:`split_by_owner`) cost time
+linear in the sampled edges and frontier: no sort. The relabel keeps one reusable int32 stamp
+array per node type (4 B per node of the type's new-ID space, i.e. of all parts); the previous
+sort-based path (``torch.unique``, ``argsort``) stays as :func:`relabel_unique` and
+:func:`split_by_owner_argsort`, the tests' reference and the benchmark's baseline.
+
 Fanouts are given from the seeds outward (``[15, 10, 5]``: 15 neighbors of each seed, 10 of each
 of those, ...); ``-1`` takes every neighbor.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -75,7 +82,35 @@ def mix_seed(*keys: int) -> int:
 
 def split_by_owner(book: PartitionBook, nodes: dict[str, torch.Tensor], num_parts: int
                    ) -> list[dict[str, torch.Tensor]]:
-    """Positions of ``nodes`` per owner part: ``out[q][t]`` indexes ``nodes[t]``."""
+    """Positions of ``nodes`` per owner part: ``out[q][t]`` indexes ``nodes[t]``, ascending (the
+    same tensors as :func:`split_by_owner_argsort`); owners without nodes of ``t`` get no key.
+
+    Counting, not sorting: one ``searchsorted`` for the owners, a ``bincount`` of them, then one
+    compare-and-``nonzero`` pass per owner that has nodes; when a single owner holds them all
+    (always on one part) its positions are an ``arange`` and nothing else runs. Time is
+    O(len(nodes) * owners present), memory O(len(nodes)) per type."""
+    out: list[dict[str, torch.Tensor]] = [{} for _ in range(num_parts)]
+    for t, ids in nodes.items():
+        if not len(ids):
+            continue
+        if num_parts == 1:
+            out[0][t] = torch.arange(len(ids), device=ids.device)
+            continue
+        owner = book.owner(t, ids)
+        counts = torch.bincount(owner, minlength=num_parts).tolist()
+        present = [q for q, c in enumerate(counts) if c]
+        if len(present) == 1:
+            out[present[0]][t] = torch.arange(len(ids), device=ids.device)
+            continue
+        for q in present:
+            out[q][t] = torch.nonzero(owner == q).flatten()
+    return out
+
+
+def split_by_owner_argsort(book: PartitionBook, nodes: dict[str, torch.Tensor], num_parts: int
+                           ) -> list[dict[str, torch.Tensor]]:
+    """:func:`split_by_owner` by a stable ``argsort`` of the owners (the previous
+    implementation, O(n log n)): the reference for tests and the benchmark's baseline."""
     out: list[dict[str, torch.Tensor]] = [{} for _ in range(num_parts)]
     for t, ids in nodes.items():
         owner = book.owner(t, ids)
@@ -89,11 +124,20 @@ def split_by_owner(book: PartitionBook, nodes: dict[str, torch.Tensor], num_part
 
 class DistNeighborSampler:
     """Samples blocks around seeds across all parts: the local part through ``server``
-    directly, the others through ``transport``. Holds the partition book (P starts per type)."""
+    directly, the others through ``transport``. Holds the partition book (P starts per type)
+    and a :class:`Relabeler`, whose stamp arrays take 4 B per node of each node type sampled
+    (the type's whole new-ID space, all parts), allocated on ``device`` at first use.
+
+    ``dedup="unique"`` selects the previous sort-based relabel and owner split
+    (:func:`relabel_unique`, :func:`split_by_owner_argsort`; no stamp arrays): a baseline for
+    benchmarks, with blocks equal to the default's up to the order of the non-destination
+    source nodes (and so, from the second hop on, of the sampled neighbors)."""
 
     def __init__(self, part: LocalPart, server: PartServer, transport: Transport,
                  fanouts: list[int], device: str | torch.device = "cpu",
-                 breakdown: Breakdown | None = None):
+                 breakdown: Breakdown | None = None, dedup: str = "stamp"):
+        if dedup not in ("stamp", "unique"):
+            raise ValueError(f"dedup must be 'stamp' or 'unique', got {dedup!r}")
         self.p = part.p
         self.num_parts = part.graph.num_parts
         self.etypes = {str(et): et for et in part.graph.edge_types}
@@ -102,6 +146,9 @@ class DistNeighborSampler:
         self.device = torch.device(device)
         self.book = PartitionBook(part.graph, device=self.device)
         self.breakdown = breakdown or Breakdown()
+        self.dedup = dedup
+        self.relabeler = Relabeler(part.graph.num_nodes) if dedup == "stamp" else None
+        self._split = split_by_owner if dedup == "stamp" else split_by_owner_argsort
 
     def sample(self, ntype: str, seeds: torch.Tensor, seed: int) -> MiniBatch:
         """Blocks for ``seeds`` (unique per-type new IDs), keyed by ``seed``: the same
@@ -110,7 +157,8 @@ class DistNeighborSampler:
         blocks: list[Block] = []
         for hop, fanout in enumerate(self.fanouts):
             edges = self.sample_hop(nodes, fanout, mix_seed(seed, hop))
-            block = relabel(nodes, edges)
+            block = self.relabeler(nodes, edges) if self.relabeler is not None else \
+                relabel_unique(nodes, edges)
             blocks.insert(0, block)
             nodes = block.src_nodes
         return MiniBatch(ntype, seeds, blocks)
@@ -119,9 +167,9 @@ class DistNeighborSampler:
                    ) -> dict[EdgeType, tuple[torch.Tensor, torch.Tensor]]:
         """In-edges sampled for every frontier node: per edge type, (position of the destination
         in ``nodes[dst type]``, source new ID)."""
-        by_owner = split_by_owner(self.book, nodes, self.num_parts)
-        requests = {q: SampleRequest({t: nodes[t][pos] for t, pos in where.items()}, fanout,
-                                     mix_seed(seed, q))
+        by_owner = self._split(self.book, nodes, self.num_parts)
+        requests = {q: SampleRequest({t: _take(nodes[t], pos) for t, pos in where.items()},
+                                     fanout, mix_seed(seed, q))
                     for q, where in enumerate(by_owner) if where}
         remote = {q: self.transport.call(q, "sample", _to_cpu(req))
                   for q, req in requests.items() if q != self.p}
@@ -133,18 +181,30 @@ class DistNeighborSampler:
         for q, fut in remote.items():
             answers[q] = self.transport.wait(q, fut)
         self.breakdown.add("sample_remote", time.perf_counter() - start)
-        return self._merge(by_owner, answers)
+        return self._merge(nodes, by_owner, answers)
 
-    def _merge(self, by_owner, answers):
+    def _merge(self, nodes, by_owner, answers):
         parts: dict[str, list] = {}
         for q, answer in sorted(answers.items()):
             for key, (seed_pos, src) in answer.items():
                 et = self.etypes[key]
-                dst_pos = by_owner[q][et.dst][seed_pos.to(self.device)]
+                where, seed_pos = by_owner[q][et.dst], seed_pos.to(self.device)
+                # a whole frontier sent to one owner: positions in the request are final
+                dst_pos = seed_pos if len(where) == len(nodes[et.dst]) else \
+                    where.index_select(0, seed_pos)
                 parts.setdefault(key, []).append((dst_pos, src.to(self.device)))
-        return {self.etypes[key]: (torch.cat([d for d, _ in chunks]),
-                                   torch.cat([s for _, s in chunks]))
+        return {self.etypes[key]: (_cat([d for d, _ in chunks]), _cat([s for _, s in chunks]))
                 for key, chunks in parts.items()}
+
+
+def _take(values: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """``values[pos]`` for ``pos`` an owner's share from :func:`split_by_owner` (distinct
+    ascending positions): ``values`` itself, no copy, when that share is all of them."""
+    return values if len(pos) == len(values) else values.index_select(0, pos)
+
+
+def _cat(chunks: list[torch.Tensor]) -> torch.Tensor:
+    return chunks[0] if len(chunks) == 1 else torch.cat(chunks)
 
 
 def _to_cpu(request: SampleRequest) -> SampleRequest:
@@ -152,10 +212,119 @@ def _to_cpu(request: SampleRequest) -> SampleRequest:
                          request.seed)
 
 
+class Relabeler:
+    """Merges, deduplicates and relabels sampled nodes into a :class:`Block` in time linear in
+    the sampled edges (scatter and gather, no sort); :meth:`__call__` has the contract of
+    :func:`relabel`.
+
+    Holds, per node type, one int32 "stamp" array of ``num_nodes[t]`` entries (4 B per node of
+    the type's new-ID space: new IDs are global, so all parts' nodes of the type), allocated on
+    the IDs' device at the type's first use and reused by every later call, and a counter.
+    A call with ``n`` IDs claims the ``n`` keys after the counter and gives position ``i`` of
+    its ID list the key ``base + n - 1 - i``; a ``scatter_reduce(amax)`` leaves in each ID's
+    entry the key of its first position, outranking whatever earlier calls left (their keys are
+    all smaller), so nothing is reset between calls: the array is refilled only when the int32
+    keys run out (every ~2**31 IDs relabeled, a few thousand batches). int32 rather than int64:
+    half the memory, and the random scatter and gather into it run several times faster on
+    CPU. Without ``num_nodes`` a type's array is sized (and grown) to the largest ID seen. Per
+    call it also holds a few temporaries of the call's IDs (destinations + sampled sources),
+    about 40 B per ID. Calls are serialized by a lock: one relabeler may serve several threads,
+    one at a time."""
+
+    _KEY_LIMIT = torch.iinfo(torch.int32).max
+
+    def __init__(self, num_nodes: dict[str, int] | None = None):
+        self.num_nodes = dict(num_nodes) if num_nodes is not None else None
+        self.stamps: dict[str, torch.Tensor] = {}
+        self.next_key: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the stamp arrays allocated so far."""
+        return sum(s.numel() * s.element_size() for s in self.stamps.values())
+
+    def __call__(self, dst_nodes: dict[str, torch.Tensor],
+                 edges: dict[EdgeType, tuple[torch.Tensor, torch.Tensor]]) -> Block:
+        src_nodes, num_dst, local_src = {}, {}, {}
+        types = set(dst_nodes) | {et.src for et in edges}
+        with self._lock:
+            for t in sorted(types):
+                ets = [et for et in edges if et.src == t]
+                dst = dst_nodes.get(t)
+                if dst is None:
+                    dst = edges[ets[0]][1][:0]
+                src_nodes[t], locals_ = self._relabel_type(t, dst, [edges[et][1] for et in ets])
+                num_dst[t] = len(dst)
+                local_src.update(zip(ets, locals_))
+        return Block(src_nodes, num_dst, {et: (local_src[et], edges[et][0]) for et in edges})
+
+    def _claim(self, t: str, ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """The stamp array of ``t`` (allocated or grown as needed) and the first of
+        ``len(ids)`` keys no entry holds yet."""
+        stamp = self.stamps.get(t)
+        if self.num_nodes is not None:
+            size = self.num_nodes[t]
+        else:
+            size = max(int(ids.max()) + 1, len(stamp) if stamp is not None else 0)
+        if stamp is None or len(stamp) < size:
+            grown = torch.full((size,), -1, dtype=torch.int32, device=ids.device)
+            if stamp is not None:
+                grown[:len(stamp)] = stamp
+            stamp = self.stamps[t] = grown
+        base = self.next_key.get(t, 0)
+        if base + len(ids) > self._KEY_LIMIT:     # keys ran out: forget every earlier call
+            stamp.fill_(-1)
+            base = 0
+        self.next_key[t] = base + len(ids)
+        return stamp, base
+
+    def _relabel_type(self, t: str, dst: torch.Tensor, srcs: list[torch.Tensor]
+                      ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """``(nodes, [local index of each of srcs[i]])``: ``nodes`` is ``dst`` (unique) then the
+        IDs of ``srcs`` not in it, in order of first occurrence."""
+        if not srcs:
+            return dst, []
+        ids = torch.cat([dst, *srcs]).long()
+        n_dst, total = len(dst), len(ids)
+        if total > self._KEY_LIMIT:
+            raise ValueError(f"relabel: {total} IDs in one call, at most 2^31 - 1")
+        if not total:
+            return ids, [ids for _ in srcs]
+        stamp, base = self._claim(t, ids)
+        top = base + total - 1
+        key = torch.arange(top, base - 1, -1, dtype=torch.int32, device=ids.device)
+        stamp.scatter_reduce_(0, ids, key, "amax")         # an ID's first position wins
+        got = stamp.index_select(0, ids)                    # key of its ID's first position
+        is_first = got == key
+        rank = torch.cumsum(is_first, 0).sub_(1)            # local index, at first positions
+        num = int(rank[-1]) + 1
+        if n_dst and int(rank[n_dst - 1]) != n_dst - 1:
+            raise ValueError(f"relabel: destination nodes of type {t!r} are not unique")
+        # the first occurrences, in order: scatter by local index; the others land in slot num
+        nodes = ids.new_empty(num + 1).scatter_(0, torch.where(is_first, rank, num), ids)[:num]
+        local = rank.index_select(0, top - got[n_dst:])    # top - key: first position
+        return nodes, list(torch.split(local, [len(s) for s in srcs]))
+
+
 def relabel(dst_nodes: dict[str, torch.Tensor],
-            edges: dict[EdgeType, tuple[torch.Tensor, torch.Tensor]]) -> Block:
-    """Block from destination nodes and sampled (destination position, source new ID) edges:
-    per type, sources are the destinations first, then the new IDs seen, deduplicated."""
+            edges: dict[EdgeType, tuple[torch.Tensor, torch.Tensor]],
+            relabeler: Relabeler | None = None) -> Block:
+    """Block from destination nodes (unique per type) and sampled (destination position, source
+    new ID) edges: per type, sources are the destinations first, then the new IDs seen,
+    deduplicated, in order of first occurrence (edge types in ``edges`` order). Returns the
+    :class:`Block`; time linear in the edges. ``relabeler`` (a sampler's, reused across
+    batches) holds the stamp arrays; without one, a temporary one sized to the largest ID
+    seen per type (4 B per ID) is used."""
+    return (relabeler or Relabeler())(dst_nodes, edges)
+
+
+def relabel_unique(dst_nodes: dict[str, torch.Tensor],
+                   edges: dict[EdgeType, tuple[torch.Tensor, torch.Tensor]]) -> Block:
+    """:func:`relabel` by ``torch.unique`` (the previous implementation, a sort of the IDs per
+    type): the same nodes and edges, with the non-destination sources in ascending ID order
+    instead of first occurrence. The reference for tests and the benchmark's baseline; holds
+    O(IDs) temporaries per call and nothing across calls."""
     src_nodes, num_dst, local_src = {}, {}, {}
     types = set(dst_nodes) | {et.src for et in edges}
     for t in sorted(types):

@@ -7,6 +7,12 @@ same run: PyG's ``torch_geometric`` neighbor sampler and DGL's ``dgl.sampling.sa
 on the same CSC and seeds where they import (the reason is reported where they do not), and a
 per-seed loop (``torch.randperm`` per node, the obvious implementation) as a floor.
 ``--device cuda`` places the graph on the GPU and samples there (the same code).
+
+``--compare-unique`` also runs, in the same process on the same seeds, a sampler with the
+previous sort-based relabel and owner split (``dedup="unique"``: ``torch.unique``, ``argsort``),
+alternating the two batch by batch (which one goes first alternates too) so that a shared
+machine's load falls on both alike; both rates and their ratio are printed. ``--workdir`` keeps
+the prepared graphs and a later run with the same ``--workdir`` and ``--edges`` reuses them.
 """
 
 from __future__ import annotations
@@ -28,35 +34,59 @@ from trainer.partition import LocalPart  # noqa: E402
 from trainer.service import LocalTransport, PartServer  # noqa: E402
 
 
-def graphprep_rate(graph_json, fanouts, batch, batches, device):
+def graphprep_rate(graph_json, fanouts, batch, batches, device, compare_unique=False):
+    """Sampled edges/s of the sampler on every part of ``graph_json`` (sampling from part 0);
+    with ``compare_unique`` also of the sort-based baseline, batches alternated."""
     parts = [LocalPart.load(graph_json, p) for p in range(LocalPart.load(graph_json, 0)
                                                            .graph.num_parts)]
     placement = "cuda" if device == "cuda" else "cpu"
     servers = {p.p: PartServer(p.place(placement)) for p in parts}
     transport = LocalTransport(servers)
-    sampler = DistNeighborSampler(parts[0], servers[0], transport, fanouts, device)
+    samplers = {dedup: DistNeighborSampler(parts[0], servers[0], transport, fanouts, device,
+                                           dedup=dedup)
+                for dedup in (("stamp", "unique") if compare_unique else ("stamp",))}
     n0 = len(parts[0].orig_ids["_N"])
     g = torch.Generator().manual_seed(0)
     seeds = [torch.randperm(n0, generator=g)[:batch] for _ in range(batches + 1)]
-    sampler.sample("_N", seeds[0], 0)                     # warm-up
-    if device == "cuda":
-        torch.cuda.synchronize()
-    edges, start = 0, time.perf_counter()
+    for sampler in samplers.values():
+        sampler.sample("_N", seeds[0], 0)                 # warm-up
+    edges = dict.fromkeys(samplers, 0)
+    took = dict.fromkeys(samplers, 0.0)
     for i, s in enumerate(seeds[1:]):
-        mb = sampler.sample("_N", s, i)
-        edges += sum(len(e[0]) for b in mb.blocks for e in b.edges.values())
-    if device == "cuda":
-        torch.cuda.synchronize()
-    took = time.perf_counter() - start
-    out = {"edges_per_s": round(edges / took), "batches_per_s": round(batches / took, 2),
-           "edges_per_batch": edges // batches, "seconds": round(took, 2)}
+        for name in (list(samplers) if i % 2 == 0 else list(samplers)[::-1]):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            mb = samplers[name].sample("_N", s, i)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            took[name] += time.perf_counter() - start
+            edges[name] += sum(len(e[0]) for b in mb.blocks for e in b.edges.values())
+
+    def rate(name):
+        return {"edges_per_s": round(edges[name] / took[name]),
+                "batches_per_s": round(batches / took[name], 2),
+                "edges_per_batch": edges[name] // batches, "seconds": round(took[name], 2)}
+    out = rate("stamp")
     counters = transport.take_counters()
     if counters["rpc_requests"]:
-        out["remote_requests_per_batch"] = counters["rpc_requests"] / (batches + 1)
+        calls = (batches + 1) * len(samplers)
+        out["remote_requests_per_batch"] = counters["rpc_requests"] / calls
         out["remote_mb_per_batch"] = round((counters["rpc_bytes_sent"] +
-                                            counters["rpc_bytes_received"]) / (batches + 1) / 1e6,
-                                           2)
+                                            counters["rpc_bytes_received"]) / calls / 1e6, 2)
+    if compare_unique:
+        out["unique_baseline"] = rate("unique")
+        out["speedup_vs_unique"] = round(out["edges_per_s"] /
+                                         out["unique_baseline"]["edges_per_s"], 2)
     return out, parts[0], seeds
+
+
+def prepared_graphs(workdir, edges, parts):
+    """``{P: graph.json}``: the graphs a previous run left in ``workdir``, else built."""
+    out = {p: os.path.join(workdir, f"synth-{edges}-d{p}", "graph.json") for p in parts}
+    if all(os.path.exists(path) for path in out.values()):
+        return out
+    return partitioned_synth(workdir, edges, parts)
 
 
 def whole_csc(part):
@@ -135,18 +165,30 @@ def main():
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--loop-batches", type=int, default=2, help="batches for the per-seed loop")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--workdir", default=None, help="keep the prepared graphs here")
+    ap.add_argument("--workdir", default=None, help="keep (and reuse) the prepared graphs here")
+    ap.add_argument("--compare-unique", action="store_true",
+                    help="also time the sort-based relabel/owner split (torch.unique, argsort)"
+                         " in the same run, alternating batches")
+    ap.add_argument("--graphprep-only", action="store_true",
+                    help="skip PyG, DGL and the per-seed loop")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads (default: torch's); 1 is steadier on a shared "
+                         "machine, where a descheduled OpenMP thread stalls every parallel op")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     fanouts = [int(f) for f in args.fanouts.split(",")]
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-sampling-")
-    graphs = partitioned_synth(workdir, args.edges, (1, 2))
+    graphs = prepared_graphs(workdir, args.edges, (1, 2))
     res = {"edges": args.edges, "fanouts": fanouts, "batch_size": args.batch_size,
            "device": args.device, "torch_threads": torch.get_num_threads()}
     res["graphprep_1_part"], part, seeds = graphprep_rate(graphs[1], fanouts, args.batch_size,
-                                                         args.batches, args.device)
+                                                         args.batches, args.device,
+                                                         args.compare_unique)
     res["graphprep_2_parts"], _, _ = graphprep_rate(graphs[2], fanouts, args.batch_size,
-                                                    args.batches, args.device)
-    if args.device == "cpu":
+                                                    args.batches, args.device,
+                                                    args.compare_unique)
+    if args.device == "cpu" and not args.graphprep_only:
         res["pyg"] = pyg_rate(part, seeds, fanouts, args.batches)
         res["dgl"] = dgl_rate(part, seeds, fanouts, args.batches)
         res["per_seed_loop"] = per_seed_loop_rate(part, seeds, fanouts, args.loop_batches)

@@ -307,8 +307,8 @@ def _check_files_exist(graph: ChunkedGraph, meta_path: str) -> None:
     entries = [(f"edges.{et}", cf) for et, cf in graph.edges.items()]
     entries += [(f"node_data.{t}.{k}", cf) for t, d in graph.node_data.items() for k, cf in d.items()]
     entries += [(f"edge_data.{et}.{k}", cf) for et, d in graph.edge_data.items() for k, cf in d.items()]
-    for field, cf in entries:
+    for name, cf in entries:
         for i, rel in enumerate(cf.files):
             if not exists(graph.path(rel)):
                 raise FormatError(f"chunk file {rel!r} is missing", file=meta_path,
-                                  field=f"{field}.data[{i}]")
+                                  field=f"{name}.data[{i}]")

@@ -28,7 +28,7 @@ import numpy as np
 from formats.output import save_npy
 
 from ...arrayops import mix
-from .layout import Level, best_per_row, new_array, sum_by_key
+from .layout import Level, best_per_row, new_array, sum_by_key, write_rows
 
 FIXED = 5            # proposal columns before the weights: node, target, gain, tie, old label
 
@@ -148,11 +148,8 @@ def apply(task: RoundTask) -> None:
     cw += np.load(f.scratch(f"i{r:05d}.npy"))
     dec = _slices([f.scratch(f"d{s:05d}.npy") for s in range(lv.num_ranges)], r)
     np.subtract.at(cw, dec[:, 0] - start, dec[:, 1:])
-    out_l = np.load(f.state("labels", True), mmap_mode="r+")
-    out_w = np.load(f.state("cw", True), mmap_mode="r+")
-    out_l[start:stop], out_w[start:stop] = labels, cw
-    out_l.flush()
-    out_w.flush()
+    write_rows(f.state("labels", True), start, labels)
+    write_rows(f.state("cw", True), start, cw)
 
 
 @dataclass(frozen=True)
@@ -166,12 +163,8 @@ def init_range(task: InitTask) -> None:
     """Round 0 of range ``r``: every node its own cluster, cluster weights = vertex weights."""
     lv, r, f = task.level, task.r, task.files
     start, stop = lv.bounds(r)
-    labels = np.load(f.state("labels", False), mmap_mode="r+")
-    cw = np.load(f.state("cw", False), mmap_mode="r+")
-    labels[start:stop] = np.arange(start, stop)
-    cw[start:stop] = lv.vwgt()[start:stop]
-    labels.flush()
-    cw.flush()
+    write_rows(f.state("labels", False), start, np.arange(start, stop))
+    write_rows(f.state("cw", False), start, np.asarray(lv.vwgt()[start:stop]))
 
 
 def cluster(level: Level, seed: int, caps: np.ndarray, runner, max_rounds: int = 4,

@@ -19,7 +19,7 @@ import numpy as np
 
 from formats.output import save_npy
 
-from .layout import Level, narrowest, new_array, sum_by_key, write_csr
+from .layout import Level, narrowest, new_array, sum_by_key, write_csr, write_rows
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,8 @@ def write_map(task: ContractTask) -> None:
     """``cmap`` rows of range ``r`` (-1 for empty clusters) and their coarse vertex weights."""
     start, stop = task.fine.bounds(task.r)
     keep = _nonempty(task)
-    cmap = np.load(task.fine.path("cmap.npy"), mmap_mode="r+")
-    cmap[start:stop] = np.where(keep, task.offset + np.cumsum(keep) - 1, -1)
-    cmap.flush()
+    write_rows(task.fine.path("cmap.npy"), start,
+               np.where(keep, task.offset + np.cumsum(keep) - 1, -1))
     cw = np.asarray(np.load(task.cw, mmap_mode="r")[start:stop])[keep]
     vw = task.coarse.vwgt("r+")
     vw[task.offset:task.offset + len(cw)] = cw
@@ -63,9 +62,7 @@ def bucket_edges(task: ContractTask) -> None:
     labels = np.load(task.labels, mmap_mode="r")
     cmap = np.load(fine.path("cmap.npy"), mmap_mode="r")
     f2c = np.asarray(cmap[np.asarray(labels[start:stop])])
-    out = np.load(fine.path("f2c.npy"), mmap_mode="r+")
-    out[start:stop] = f2c
-    out.flush()
+    write_rows(fine.path("f2c.npy"), start, f2c)
     csr = fine.read_csr(task.r)
     cu = f2c[csr.rows()]
     cv = np.asarray(cmap[np.asarray(labels[csr.adj])])

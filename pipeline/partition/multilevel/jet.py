@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...arrayops import mix
-from .layout import Level, best_per_row, new_array
-from .refine import _connections, _loads, _write, PartsTask
+from .layout import Level, best_per_row, new_array, write_rows
+from .refine import PartsTask, connections, part_loads, write_parts
 
 PRIORITY_SHIFT = 32
 
@@ -42,7 +42,7 @@ def jet_propose(args: tuple[PartsTask, JetFiles, float]) -> tuple[int, np.ndarra
     """Candidates of range ``r`` into the memory-mapped target and priority arrays. Returns
     (twice the range's cut weight, its ``[P, ncon]`` loads, ``[P]`` departing node counts)."""
     task, files, loss = args
-    own, vw, row, q, conn, self_conn = _connections(task)
+    own, vw, row, q, conn, self_conn = connections(task)
     start, stop = task.level.bounds(task.r)
     other = q != own[row]
     cut2 = int(conn[other].sum())
@@ -58,13 +58,11 @@ def jet_propose(args: tuple[PartsTask, JetFiles, float]) -> tuple[int, np.ndarra
     priority = np.zeros(stop - start, dtype=np.int64)
     bits = (mix(task.seed, task.round, 7, start + row) >> np.uint64(33)).astype(np.int64)
     priority[row] = ((np.clip(gain, -(1 << 30), 1 << 30) + (1 << 31)) << PRIORITY_SHIFT) | bits
-    for path, values in ((files.target, target), (files.priority, priority)):
-        out = np.load(path, mmap_mode="r+")
-        out[start:stop] = values
-        out.flush()
+    write_rows(files.target, start, target)
+    write_rows(files.priority, start, priority)
     counted = vw[row, :task.level.count_cols].sum(axis=1)
     departing = np.bincount(own[row], weights=counted, minlength=task.num_parts)
-    return cut2, _loads(own, vw, task.num_parts), departing.astype(np.int64)
+    return cut2, part_loads(own, vw, task.num_parts), departing.astype(np.int64)
 
 
 def jet_apply(args: tuple[PartsTask, JetFiles]) -> tuple[np.ndarray, int]:
@@ -83,7 +81,7 @@ def jet_apply(args: tuple[PartsTask, JetFiles]) -> tuple[np.ndarray, int]:
         target[np.isin(own, np.asarray(task.frozen, dtype=np.int64))] = -1
     movers = np.flatnonzero(target >= 0)
     if len(movers) == 0:
-        return _write(task, own, vw, movers, movers)
+        return write_parts(task, own, vw, movers, movers)
     csr = lv.read_csr(task.r)
     degree = np.diff(csr.indptr)
     first = csr.indptr[movers]
@@ -102,7 +100,7 @@ def jet_apply(args: tuple[PartsTask, JetFiles]) -> tuple[np.ndarray, int]:
     gain = (np.bincount(local, weights=w * (after == dest), minlength=m) -
             np.bincount(local, weights=w * (after == home), minlength=m))
     keep = movers[gain >= 0]
-    return _write(task, own, vw, keep, target[keep])
+    return write_parts(task, own, vw, keep, target[keep])
 
 
 def new_jet_files(level: Level, parts: str) -> JetFiles:
@@ -130,7 +128,7 @@ def jet_refine(refiner, parts: str, loads: np.ndarray, rounds: int = 12, patienc
     best_cut, best_loads, stale, current_is_best = None, loads, 0, False
     try:
         for t in range(rounds + 1):
-            tasks = refiner._tasks(parts=parts, round=t, seed=refiner.seed)
+            tasks = refiner.tasks(parts=parts, round=t, seed=refiner.seed)
             res = refiner.runner(jet_propose, [(x, files, loss) for x in tasks],
                                  "multilevel: jet")
             cut, loads = sum(r[0] for r in res) // 2, sum(r[1] for r in res)
@@ -147,8 +145,8 @@ def jet_refine(refiner, parts: str, loads: np.ndarray, rounds: int = 12, patienc
             counts = loads[:, :lv.count_cols].sum(axis=1)
             frozen = tuple(np.flatnonzero(sum(r[2] for r in res) >= counts).tolist())
             new_array(nxt, (lv.num_nodes,))
-            loads, _ = refiner._swap(parts, nxt, refiner.runner(
-                jet_apply, [(x, files) for x in refiner._tasks(
+            loads, _ = refiner.swap(parts, nxt, refiner.runner(
+                jet_apply, [(x, files) for x in refiner.tasks(
                     parts=parts, target=nxt, round=t, seed=refiner.seed, frozen=frozen)],
                 "multilevel: jet apply"))
             if (loads > caps).any():

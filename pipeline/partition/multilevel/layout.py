@@ -88,6 +88,14 @@ def narrowest(bound: int):
     return np.int32 if bound <= np.iinfo(np.int32).max else np.int64
 
 
+def write_rows(path: str, start: int, values: np.ndarray) -> None:
+    """Write ``values`` at rows ``start:`` of the memory-mapped ``.npy`` at ``path``; flushed
+    so that workers on other hosts sharing the folder read them."""
+    out = np.load(path, mmap_mode="r+")
+    out[start:start + len(values)] = values
+    out.flush()
+
+
 def new_array(path: str, shape, dtype=np.int64) -> None:
     """Pre-size a memory-mapped ``.npy`` that tasks fill slice by slice."""
     np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape).flush()

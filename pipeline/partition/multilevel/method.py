@@ -23,7 +23,7 @@ from .budget import derive_budget, worker_memory_bytes
 from .coarsen import cluster
 from .coarsest import CoarsestTask, partition_coarsest
 from .contract import contract
-from .layout import Level
+from .layout import Level, write_rows
 from .jet import jet_refine
 from .refine import Refiner
 from .symmetric import build_level0
@@ -57,9 +57,7 @@ def write_assignment(task: WriteTask) -> None:
     for t, off, count in task.spans:
         a, b = max(start, off), min(stop, off + count)
         if a < b:
-            out = np.load(os.path.join(task.out, f"{t}.npy"), mmap_mode="r+")
-            out[a - off:b - off] = parts[a - start:b - start]
-            out.flush()
+            write_rows(os.path.join(task.out, f"{t}.npy"), a - off, parts[a - start:b - start])
 
 
 def range_totals(task: tuple[Level, int]) -> np.ndarray:

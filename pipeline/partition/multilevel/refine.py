@@ -34,7 +34,7 @@ import numpy as np
 from formats.output import save_npy
 
 from ...arrayops import mix
-from .layout import Level, best_per_row, new_array, sum_by_key
+from .layout import Level, best_per_row, new_array, sum_by_key, write_rows
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,8 @@ class PartsTask:
     accept: tuple = ()                 # refine: min accepted gain per part; balance: keys
 
 
-def _loads(parts: np.ndarray, vw: np.ndarray, k: int) -> np.ndarray:
+def part_loads(parts: np.ndarray, vw: np.ndarray, k: int) -> np.ndarray:
+    """``[k, ncon]`` summed vertex weights of ``parts`` (one row per node, weights ``vw``)."""
     return np.stack([np.bincount(parts, weights=vw[:, c], minlength=k).astype(np.int64)
                      for c in range(vw.shape[1])], axis=1)
 
@@ -68,14 +69,14 @@ def project(task: PartsTask) -> np.ndarray:
     start, stop = task.level.bounds(task.r)
     f2c = np.asarray(np.load(task.f2c, mmap_mode="r")[start:stop])
     parts = np.asarray(np.load(task.source, mmap_mode="r")[f2c])
-    out = np.load(task.parts, mmap_mode="r+")
-    out[start:stop] = parts
-    out.flush()
-    return _loads(parts, np.asarray(task.level.vwgt()[start:stop]), task.num_parts)
+    write_rows(task.parts, start, parts)
+    return part_loads(parts, np.asarray(task.level.vwgt()[start:stop]), task.num_parts)
 
 
-def _connections(task: PartsTask):
-    """``(own parts, vw, entry rows, entry parts, connection weight, own connection)``."""
+def connections(task: PartsTask):
+    """Range ``task.r``'s ``(own parts, vw, entry rows, entry parts, connection weight, own
+    connection)``: per node, the weight of its edges into each part it touches. Holds the
+    range's CSR."""
     lv, k = task.level, task.num_parts
     start, stop = lv.bounds(task.r)
     csr = lv.read_csr(task.r)
@@ -100,7 +101,7 @@ def connection_table(rows: np.ndarray, parts: np.ndarray, wgt: np.ndarray, num_r
         return keys // k, keys % k, conn
     cells = rows * k + parts
     if len(wgt) and wgt.min() == wgt.max():           # unit weights (level 0): counts
-        dense = np.bincount(cells, minlength=num_rows * k) * (int(wgt[0]) if len(wgt) else 1)
+        dense = np.bincount(cells, minlength=num_rows * k) * int(wgt[0])
     else:     # float64 sums of int64 weights: exact below 2^53, far above any real degree
         dense = np.bincount(cells, weights=wgt, minlength=num_rows * k).astype(np.int64)
     hit = np.flatnonzero(dense)
@@ -109,7 +110,7 @@ def connection_table(rows: np.ndarray, parts: np.ndarray, wgt: np.ndarray, num_r
 
 def _refine_moves(task: PartsTask):
     """Each node's best move this round: ``(rows, targets, gains, own, vw)``."""
-    own, vw, row, q, conn, self_conn = _connections(task)
+    own, vw, row, q, conn, self_conn = connections(task)
     start = task.level.bounds(task.r)[0]
     forward = task.round % 2 == 0
     room = np.asarray(task.room, dtype=np.float64)
@@ -153,22 +154,22 @@ def refine_apply(task: PartsTask) -> tuple[np.ndarray, int]:
     ok = np.minimum(gain, (1 << GAIN_BITS) - 1) >= np.asarray(task.accept)[q]
     if task.frozen:
         ok &= ~np.isin(own[row], np.asarray(task.frozen, dtype=np.int64))
-    return _write(task, own, vw, row[ok], q[ok])
+    return write_parts(task, own, vw, row[ok], q[ok])
 
 
-def _write(task: PartsTask, own, vw, rows, targets) -> tuple[np.ndarray, int]:
+def write_parts(task: PartsTask, own, vw, rows, targets) -> tuple[np.ndarray, int]:
+    """Range ``task.r``'s next parts (``own`` with ``rows`` moved to ``targets``) into
+    ``task.target``; returns (its loads, moves)."""
     start, stop = task.level.bounds(task.r)
     new = own.copy()
     new[rows] = targets
-    out = np.load(task.target, mmap_mode="r+")
-    out[start:stop] = new
-    out.flush()
-    return _loads(new, vw, task.num_parts), len(rows)
+    write_rows(task.target, start, new)
+    return part_loads(new, vw, task.num_parts), len(rows)
 
 
 def _balance_moves(task: PartsTask):
     """Moves out of over-cap parts: ``(rows, keys, own, vw)``, key = (from, to, gain, bucket)."""
-    own, vw, row, q, conn, self_conn = _connections(task)
+    own, vw, row, q, conn, self_conn = connections(task)
     lv, k = task.level, task.num_parts
     start = lv.bounds(task.r)[0]
     room = np.asarray(task.room, dtype=np.float64)
@@ -213,7 +214,7 @@ def balance_apply(task: PartsTask) -> tuple[np.ndarray, int]:
     ok = (accepted[pos] == keys) if len(accepted) else np.zeros(len(keys), dtype=bool)
     k = task.num_parts
     targets = (keys // HASH_BUCKETS >> GAIN_BITS) % k
-    return _write(task, own, vw, rows[ok], targets[ok])
+    return write_parts(task, own, vw, rows[ok], targets[ok])
 
 
 def _merge(histograms):
@@ -271,17 +272,19 @@ class Refiner:
     seed: int
     runner: object
 
-    def _tasks(self, **kw) -> list[PartsTask]:
+    def tasks(self, **kw) -> list[PartsTask]:
+        """One ``PartsTask`` per range of the level, with the fields ``kw``."""
         return [PartsTask(self.level, r, self.num_parts, **kw)
                 for r in range(self.level.num_ranges)]
 
-    def _swap(self, parts: str, nxt: str, results) -> tuple[np.ndarray, int]:
+    def swap(self, parts: str, nxt: str, results) -> tuple[np.ndarray, int]:
+        """Make ``nxt`` the level's parts; returns the summed (loads, moves) of ``results``."""
         os.replace(nxt, parts)
         return sum(r[0] for r in results), sum(r[1] for r in results)
 
     def project(self, coarse_parts: str, f2c: str, parts: str) -> np.ndarray:
         new_array(parts, (self.level.num_nodes,))
-        return sum(self.runner(project, self._tasks(parts=parts, source=coarse_parts, f2c=f2c),
+        return sum(self.runner(project, self.tasks(parts=parts, source=coarse_parts, f2c=f2c),
                                "multilevel: project"))
 
     def refine(self, parts: str, loads: np.ndarray, rounds: int,
@@ -293,7 +296,7 @@ class Refiner:
         for t in range(rounds):
             room = self.caps[None, :] - loads
             room_t = tuple(map(tuple, room.tolist()))
-            hists = self.runner(refine_histogram, self._tasks(parts=parts, round=t,
+            hists = self.runner(refine_histogram, self.tasks(parts=parts, round=t,
                                 seed=self.seed, room=room_t), "multilevel: refine")
             keys, weights = _merge([h[:2] for h in hists])
             if len(keys) == 0:       # nothing to move in this direction: a quiet round
@@ -314,7 +317,7 @@ class Refiner:
         frozen = tuple(np.flatnonzero(sum(h[2] for h in hists) >= counts).tolist())
         accept = tuple(_thresholds(keys, weights, room).tolist())
         new_array(nxt, (self.level.num_nodes,))
-        return self._swap(parts, nxt, self.runner(refine_apply, self._tasks(
+        return self.swap(parts, nxt, self.runner(refine_apply, self.tasks(
             parts=parts, target=nxt, round=t, seed=self.seed,
             room=tuple(map(tuple, room.tolist())), accept=accept, frozen=frozen),
             "multilevel: refine apply"))
@@ -326,13 +329,13 @@ class Refiner:
             if not (loads > self.caps[None, :]).any():
                 return loads
             room_t = tuple(map(tuple, (self.caps[None, :] - loads).tolist()))
-            keys, weights = _merge(self.runner(balance_histogram, self._tasks(
+            keys, weights = _merge(self.runner(balance_histogram, self.tasks(
                 parts=parts, seed=self.seed, room=room_t, caps=caps_t), "multilevel: balance"))
             accept = _balance_accept(keys, weights, loads, self.caps, self.num_parts)
             if len(accept) == 0:
                 break
             new_array(nxt, (self.level.num_nodes,))
-            loads, _ = self._swap(parts, nxt, self.runner(balance_apply, self._tasks(
+            loads, _ = self.swap(parts, nxt, self.runner(balance_apply, self.tasks(
                 parts=parts, target=nxt, seed=self.seed, room=room_t, caps=caps_t,
                 accept=tuple(accept.tolist())), "multilevel: balance apply"))
         if (loads > self.caps[None, :]).any():
@@ -341,11 +344,11 @@ class Refiner:
         return loads
 
     def loads(self, parts: str) -> np.ndarray:
-        return sum(self.runner(range_loads, self._tasks(parts=parts), "multilevel: loads"))
+        return sum(self.runner(range_loads, self.tasks(parts=parts), "multilevel: loads"))
 
 
 def range_loads(task: PartsTask) -> np.ndarray:
     """``[P, ncon]`` loads of range ``r``."""
     start, stop = task.level.bounds(task.r)
-    return _loads(np.asarray(np.load(task.parts, mmap_mode="r")[start:stop]),
+    return part_loads(np.asarray(np.load(task.parts, mmap_mode="r")[start:stop]),
                   np.asarray(task.level.vwgt()[start:stop]), task.num_parts)

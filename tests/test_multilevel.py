@@ -154,11 +154,20 @@ def test_cut_close_to_metis_on_planetoid(cora_chunked, citeseer_chunked, tmp_pat
     g = cora_chunked if name == "cora" else citeseer_chunked
     # At the default budget, as issue 18 asks: they are too small to coarsen.
     assert cut_ratio(g, k, tmp_path / "default") <= 1.10
-    if name == "cora":
-        # Forced down to 1000 coarse edges of ~5*10^3 anyway: several levels of coarsening
-        # and refinement (1.05 / 1.03 / 0.99x METIS). Not CiteSeer: 438 components and a
-        # METIS cut of 62 / 132 / 360 edges, so a few edges are 20% (162 against 132 at k=4).
-        assert cut_ratio(g, k, tmp_path / "forced", 1000, 1000, min_levels=2) <= 1.10
+
+
+def test_forced_coarsening_on_planetoid_stays_near_metis(cora_chunked, citeseer_chunked,
+                                                         tmp_path):
+    """Cora and CiteSeer forced down to 1000 coarse edges anyway (several levels of
+    coarsening and refinement). Their METIS cuts are a few hundred edges (CiteSeer: 62 / 132 /
+    360, 438 components), so one case may swing by ~10%: each <= 1.15x, geometric mean
+    <= 1.05x (measured 0.94-1.11, mean 1.02; CiteSeer was 1.23x at k=4 before saturated
+    clusters stopped drawing proposals)."""
+    ratios = {(name, k): cut_ratio(g, k, tmp_path / f"{name}{k}", 1000, 1000, min_levels=2)
+              for name, g in (("cora", cora_chunked), ("citeseer", citeseer_chunked))
+              for k in (2, 4, 8)}
+    assert max(ratios.values()) <= 1.15, ratios
+    assert np.exp(np.mean(np.log(list(ratios.values())))) <= 1.05, ratios
 
 
 @pytest.mark.parametrize("k", [2, 4])

@@ -30,7 +30,10 @@ from .symmetric import build_level0
 
 log = logging.getLogger(__name__)
 
-STALL = 0.95          # a level keeping > 95% of the entries ends coarsening
+# A level keeping > 95% of both its nodes and its entries ends coarsening. Nodes alone count
+# too: at 10^8 edges the coarse graph turns dense and random-like (average degree 260 at 34k
+# nodes), where merging clusters barely merges edges until the node count nears sqrt(edges).
+STALL = 0.95
 CAP_FACTOR = 16       # cluster weight cap: total / (P * CAP_FACTOR) per constraint
 MAX_LEVELS = 30
 MIN_RANGE_DIV = 16    # coarse ranges hold at least range_size / 16 nodes (task overhead)
@@ -122,7 +125,9 @@ class MultilevelPartitioner:
             sizes.append((level.num_nodes, new_entries // 2))
             log.info("multilevel: level %d: %d nodes, %d edges", len(levels) - 1,
                      level.num_nodes, new_entries // 2)
-            stalled = new_entries > STALL * entries
+            fine_nodes = levels[-2].num_nodes
+            stalled = (new_entries > STALL * entries and
+                       level.num_nodes > STALL * fine_nodes)
             entries = new_entries
             if stalled:
                 log.info("multilevel: coarsening stalled (< %d%% shrink)",

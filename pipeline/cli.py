@@ -136,5 +136,6 @@ def main():  # console-script entry point
 
 from . import commands  # noqa: E402,F401  (registers the sub-commands)
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":   # `python -m pipeline.cli`: the commands registered on the
+    from pipeline.cli import main as _main   # imported module's group, not on __main__'s
+    sys.exit(_main())

@@ -24,8 +24,8 @@ NAME = "checkpoint.pt"
 BEST = "best.pt"
 # options a resumed run must share with the checkpoint: the model's shape and what makes the
 # continuation exact (seeds, batches, optimizer settings)
-RESUME_KEYS = ("target", "hidden", "fanouts", "dropout", "lr", "weight_decay", "batch_size",
-               "seed")
+RESUME_KEYS = ("target", "task", "hidden", "fanouts", "dropout", "lr", "weight_decay",
+               "batch_size", "seed", "scorer", "neg_ratio", "corrupt_src")
 
 
 class ResumeRefused(ValueError):

@@ -25,7 +25,7 @@ from formats.console import setup_logging
 from formats.errors import FormatError
 from formats.partitioned import load_partitioned
 
-from .config import FAIL_MODES, TrainConfig, target_type
+from .config import FAIL_MODES, SCORERS, TASKS, TrainConfig, task_target
 
 log = logging.getLogger("trainer")
 
@@ -59,6 +59,9 @@ class OneLineErrors(click.Command):
                                  "show_default": True, "max_content_width": 100})
 @click.option("--graph", required=True, type=click.Path(),
               help="graph.json written by `prep dispatch` (or its folder).")
+@click.option("--task", default="node", type=click.Choice(TASKS),
+              help="node: classify the nodes of --target. link: predict the edges of "
+                   "--target-etype (needs `prep split-edges` before dispatch).")
 @click.option("--fanouts", default="10,10", callback=_ints,
               help="Neighbors sampled per hop, from the seeds outward; -1 = all. The number "
                    "of values is the number of GraphSAGE layers.")
@@ -81,6 +84,20 @@ class OneLineErrors(click.Command):
                                                   "seeds. World size = parts x this.")
 @click.option("--target", default=None,
               help="Node type to classify [default: the one type with label and train_mask].")
+@click.option("--target-etype", default=None,
+              help="Link task: edge type to predict, src:rel:dst or a unique rel [default: "
+                   "the one type with train/val/test edge masks].")
+@click.option("--scorer", default="mlp", type=click.Choice(SCORERS),
+              help="Link task: edge score from the two end embeddings: dot product, or an MLP "
+                   "on their elementwise product.")
+@click.option("--neg-ratio", default=1, help="Link task: uniform negative edges per training "
+                                             "edge (destinations drawn over the whole type).")
+@click.option("--corrupt-src", is_flag=True,
+              help="Link task: corrupt the source of every other negative instead of the "
+                   "destination.")
+@click.option("--eval-negatives", default=100,
+              help="Link task: fixed negatives ranked against each validation/test edge for "
+                   "MRR and Hits@20/50/100 (the first also serves the AUC).")
 @click.option("--seed", default=0, help="Seed of model init, shuffling, sampling and dropout: "
                                         "the same seed gives the same run.")
 @click.option("--rpc-timeout", default=30.0, help="Seconds before an RPC or collective to a "
@@ -109,12 +126,13 @@ class OneLineErrors(click.Command):
 @click.option("--fail-mode", default="raise", type=click.Choice(FAIL_MODES), hidden=True)
 @click.option("--fail-epoch", default=0, hidden=True)
 def main(graph, threads, verbose, **options):
-    """Train GraphSAGE (node classification) on the parts made by `prep dispatch`: DDP for
-    gradients, torch.distributed.rpc for remote sampling and features.
+    """Train GraphSAGE on the parts made by `prep dispatch`: node classification or link
+    prediction; DDP for gradients, torch.distributed.rpc for remote sampling and features.
 
     \b
-    Example:
+    Examples:
       python -m trainer --graph parts/graph.json --fanouts 15,10,5 --epochs 20
+      python -m trainer --graph parts/graph.json --task link --scorer mlp --epochs 20
     """
     rank = os.environ.get("RANK")
     _setup_logging(rank, verbose)
@@ -128,7 +146,7 @@ def main(graph, threads, verbose, **options):
     world = meta.num_parts * cfg.ranks_per_part
     try:
         cfg.check(meta.num_parts, int(os.environ.get("WORLD_SIZE", world)))
-        _check_checkpoint(cfg, meta, target_type(meta, cfg.target), rank)
+        _check_checkpoint(cfg, meta, task_target(meta, cfg), rank)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     if rank is None:
@@ -193,7 +211,12 @@ def _run_as_rank(cfg, meta, rank: int, threads: int) -> None:
         log.error("rank %d failed: %s: %s\n%s", env.rank, type(err).__name__, err, detail)
         sys.stderr.flush()
         os._exit(1)  # skip RPC shutdown: it would wait for the ranks this one is leaving
-    if env.rank == 0:
+    if env.rank == 0 and cfg.task == "link":
+        print(f"test AUC {summary['test_auc']:.4f} MRR {summary['test_mrr']:.4f} hits@50 "
+              f"{summary['test_hits@50']:.4f} (epoch {summary['best_epoch']}, best validation "
+              f"AUC {summary['val_auc']:.4f}); final epoch AUC {summary['final_test_auc']:.4f}; "
+              f"{summary['mean_epoch_s']:.2f} s/epoch", flush=True)
+    elif env.rank == 0:
         print(f"test accuracy {summary['test_acc']:.4f} (epoch {summary['best_epoch']}, best "
               f"validation {summary['val_acc']:.4f}); final epoch {summary['final_test_acc']:.4f}"
               f"; {summary['mean_epoch_s']:.2f} s/epoch", flush=True)

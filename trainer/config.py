@@ -8,6 +8,9 @@ import math
 from dataclasses import dataclass, field
 
 PLACEMENTS = ("cpu", "pinned", "cuda")
+TASKS = ("node", "link")
+SCORERS = ("dot", "mlp")          # trainer.scorer's, named here so options check without torch
+LINK_MASKS = ("train_mask", "val_mask", "test_mask")
 FAIL_MODES = ("raise", "kill", "hang", "nan")
 
 
@@ -16,6 +19,7 @@ class TrainConfig:
     """Everything a run depends on (the CLI's options)."""
 
     graph: str
+    task: str = "node"
     fanouts: list[int] = field(default_factory=lambda: [10, 10])
     eval_fanouts: list[int] | None = None
     batch_size: int = 512
@@ -33,6 +37,11 @@ class TrainConfig:
     prefetch: int = 2
     cache_mb: float = 64.0
     target: str | None = None
+    target_etype: str | None = None     # link: the edge type to predict
+    scorer: str = "mlp"
+    neg_ratio: int = 1
+    corrupt_src: bool = False
+    eval_negatives: int = 100
     checkpoint_dir: str | None = None
     resume: bool = False
     verify_data: bool = False
@@ -72,10 +81,17 @@ class TrainConfig:
                   self.rpc_timeout > 0 and math.isfinite(self.rpc_timeout), "positive"),
                  ("--prefetch", self.prefetch, self.prefetch >= 0, ">= 0"),
                  ("--cache-mb", self.cache_mb, self.cache_mb >= 0 and
-                  math.isfinite(self.cache_mb), ">= 0")]
+                  math.isfinite(self.cache_mb), ">= 0"),
+                 ("--neg-ratio", self.neg_ratio, self.neg_ratio >= 1, "at least 1"),
+                 ("--eval-negatives", self.eval_negatives, self.eval_negatives >= 1,
+                  "at least 1")]
         for flag, value, ok, rule in rules:
             if not ok:
                 raise ValueError(f"{flag} {value}: must be {rule}")
+        if self.task not in TASKS:
+            raise ValueError(f"--task must be one of {TASKS}")
+        if self.scorer not in SCORERS:
+            raise ValueError(f"--scorer must be one of {SCORERS}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"--placement must be one of {PLACEMENTS}")
         if not self.fanouts:
@@ -101,3 +117,36 @@ def target_type(graph, wanted: str | None) -> str:
         raise ValueError(f"node types with label and train_mask: {labeled}; pick one with "
                          "--target")
     return labeled[0]
+
+
+def target_etype(graph, wanted: str | None):
+    """The edge type to predict links of: ``wanted`` (``src:rel:dst``, or a relation name that
+    is unique), else the one type whose edges carry train/val/test masks and whose twin, if
+    any, is not it (``prep split-edges`` marks a type and its reverse). Raises ValueError
+    naming the candidates."""
+    masked = [et for et in graph.edge_types
+              if set(LINK_MASKS) <= set(graph.edge_feats.get(et, {}))]
+    if wanted:
+        named = [et for et in masked if wanted in (str(et), et.rel)]
+        if len(named) != 1:
+            raise ValueError(f"--target-etype {wanted}: not one edge type with train_mask, "
+                             f"val_mask and test_mask (those are {[str(e) for e in masked]}; "
+                             "run `prep split-edges` before `prep dispatch`)")
+        return named[0]
+    # a masked type's reverse twin is masked too: keep one of each pair, the first listed
+    chosen = [et for i, et in enumerate(masked)
+              if not any(o.src == et.dst and o.dst == et.src and o != et for o in masked[:i])]
+    if len(chosen) != 1:
+        raise ValueError(f"edge types with train/val/test masks: {[str(e) for e in chosen]}; "
+                         "pick one with --target-etype" if chosen else
+                         "no edge type has train_mask/val_mask/test_mask: run `prep "
+                         "split-edges` on the chunked graph before `prep dispatch`")
+    return chosen[0]
+
+
+def task_target(graph, cfg: TrainConfig) -> str:
+    """What the run predicts, as a string: the node type (``--task node``) or the edge type
+    (``--task link``). Raises ValueError as :func:`target_type` / :func:`target_etype`."""
+    if cfg.task == "link":
+        return str(target_etype(graph, cfg.target_etype))
+    return target_type(graph, cfg.target)

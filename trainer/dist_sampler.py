@@ -153,23 +153,31 @@ class DistNeighborSampler:
     def sample(self, ntype: str, seeds: torch.Tensor, seed: int) -> MiniBatch:
         """Blocks for ``seeds`` (unique per-type new IDs), keyed by ``seed``: the same
         (seeds, seed) give the same blocks whatever the thread timing or placement of parts."""
-        nodes = {ntype: seeds.to(self.device)}
+        return MiniBatch(ntype, seeds, self.sample_blocks({ntype: seeds}, seed))
+
+    def sample_blocks(self, seeds: dict[str, torch.Tensor], seed: int,
+                      exclude: dict[str, torch.Tensor] | None = None) -> list[Block]:
+        """Blocks, input layer first, whose last destinations are ``seeds`` (unique per-type
+        new IDs of one or more types, in the given order). ``exclude``: edges no hop may
+        return, as :class:`SampleRequest` describes (sent to every owner)."""
+        nodes = {t: ids.to(self.device) for t, ids in seeds.items()}
         blocks: list[Block] = []
         for hop, fanout in enumerate(self.fanouts):
-            edges = self.sample_hop(nodes, fanout, mix_seed(seed, hop))
+            edges = self.sample_hop(nodes, fanout, mix_seed(seed, hop), exclude)
             block = self.relabeler(nodes, edges) if self.relabeler is not None else \
                 relabel_unique(nodes, edges)
             blocks.insert(0, block)
             nodes = block.src_nodes
-        return MiniBatch(ntype, seeds, blocks)
+        return blocks
 
-    def sample_hop(self, nodes: dict[str, torch.Tensor], fanout: int, seed: int
+    def sample_hop(self, nodes: dict[str, torch.Tensor], fanout: int, seed: int,
+                   exclude: dict[str, torch.Tensor] | None = None
                    ) -> dict[EdgeType, tuple[torch.Tensor, torch.Tensor]]:
         """In-edges sampled for every frontier node: per edge type, (position of the destination
         in ``nodes[dst type]``, source new ID)."""
         by_owner = self._split(self.book, nodes, self.num_parts)
         requests = {q: SampleRequest({t: _take(nodes[t], pos) for t, pos in where.items()},
-                                     fanout, mix_seed(seed, q))
+                                     fanout, mix_seed(seed, q), exclude)
                     for q, where in enumerate(by_owner) if where}
         remote = {q: self.transport.call(q, "sample", _to_cpu(req))
                   for q, req in requests.items() if q != self.p}
@@ -209,7 +217,8 @@ def _cat(chunks: list[torch.Tensor]) -> torch.Tensor:
 
 def _to_cpu(request: SampleRequest) -> SampleRequest:
     return SampleRequest({t: v.cpu() for t, v in request.nodes.items()}, request.fanout,
-                         request.seed)
+                         request.seed, request.exclude and
+                         {k: v.cpu() for k, v in request.exclude.items()})
 
 
 class Relabeler:

@@ -42,24 +42,50 @@ class SAGEConv(nn.Module):
 
 
 class GraphSAGE(nn.Module):
-    """``len(fanouts)`` SAGE layers, ReLU and dropout between; logits for the seed type."""
+    """``num_layers`` SAGE layers, ReLU and dropout between; the last layer is ``out_dim`` wide
+    (class logits for node classification, embeddings for link prediction)."""
 
-    def __init__(self, in_dims: dict[str, int], hidden: int, num_classes: int,
+    def __init__(self, in_dims: dict[str, int], hidden: int, out_dim: int,
                  edge_types: list[EdgeType], num_layers: int, dropout: float = 0.5):
         super().__init__()
-        dims = [hidden] * (num_layers - 1) + [num_classes]
+        dims = [hidden] * (num_layers - 1) + [out_dim]
         self.layers = nn.ModuleList()
         for i, out_dim in enumerate(dims):
             layer_in = in_dims if i == 0 else {t: hidden for t in in_dims}
             self.layers.append(SAGEConv(layer_in, out_dim, edge_types))
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, blocks: list[Block], x: dict[str, torch.Tensor], ntype: str
-                ) -> torch.Tensor:
+    def forward(self, blocks: list[Block], x: dict[str, torch.Tensor], ntype: str | None = None
+                ):
+        """Outputs for the last block's destinations: of ``ntype``, or per type (a dict)."""
         h = x
-        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
-            h = {t: self.dropout(v) for t, v in h.items()}
-            h = layer(block, h)
-            if i < len(self.layers) - 1:
-                h = {t: torch.relu(v) for t, v in h.items()}
-        return h[ntype]
+        for i, block in enumerate(blocks):
+            h = self.layer(i, block, h)
+        return h if ntype is None else h[ntype]
+
+    def layer(self, i: int, block: Block, h: dict[str, torch.Tensor]
+              ) -> dict[str, torch.Tensor]:
+        """Layer ``i`` alone (dropout, convolution, ReLU but after the last): what layer-wise
+        inference runs over all nodes, one layer at a time."""
+        h = self.layers[i](block, {t: self.dropout(v) for t, v in h.items()})
+        if i < len(self.layers) - 1:
+            h = {t: torch.relu(v) for t, v in h.items()}
+        return h
+
+
+class LinkModel(nn.Module):
+    """An encoder (GraphSAGE embeddings per node type) and an edge scorer: logits of the
+    positive and negative pairs of a batch, given as positions into the last block's
+    destinations of ``etype.src`` / ``etype.dst``."""
+
+    def __init__(self, encoder: GraphSAGE, scorer: nn.Module):
+        super().__init__()
+        self.encoder, self.scorer = encoder, scorer
+
+    def forward(self, blocks: list[Block], x: dict[str, torch.Tensor], etype: EdgeType,
+                pos: tuple[torch.Tensor, torch.Tensor], neg: tuple[torch.Tensor, torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.encoder(blocks, x)
+        h_src, h_dst = h[etype.src], h[etype.dst]
+        return (self.scorer(h_src[pos[0]], h_dst[pos[1]]),
+                self.scorer(h_src[neg[0]], h_dst[neg[1]]))

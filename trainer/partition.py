@@ -65,6 +65,32 @@ class LocalPart:
                     for name in g.node_feats.get(t, {})} for t in g.node_types}
         return cls(g, p, orig, halo, csc, data)
 
+    def edge_data(self, etype: EdgeType, name: str) -> torch.Tensor:
+        """Edge data ``name`` of ``etype`` in this part (CSC order), memory-mapped."""
+        return _tensor(self.graph.part_path(self.p, "edge_feats", etype.dirname, f"{name}.npy"))
+
+    def csc_edges(self, etype: EdgeType) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(src, dst)`` per-type new IDs of every edge of ``etype`` in this part, CSC order.
+        Holds two int64 arrays of the type's edges in the part."""
+        csc = self.csc[etype]
+        counts = csc.indptr[1:] - csc.indptr[:-1]
+        dst = torch.repeat_interleave(torch.arange(len(counts)), counts.cpu()) + \
+            self.start(etype.dst)
+        return self.local_to_new(etype.src, csc.indices.cpu().long()), dst
+
+    def without_edges(self, drop: dict[EdgeType, torch.Tensor]) -> "LocalPart":
+        """This part with the edges where ``drop[etype]`` (bool, CSC order) is set removed from
+        the CSC (link prediction: held-out edges never carry messages). Holds a filtered copy
+        of each such type's CSC; other types stay mapped."""
+        csc = dict(self.csc)
+        for et, mask in drop.items():
+            c, keep = self.csc[et], ~mask.bool()
+            kept_before = torch.zeros(len(keep) + 1, dtype=torch.int64)
+            torch.cumsum(keep.long(), 0, out=kept_before[1:])
+            kept = kept_before[c.indptr.long()].to(c.indptr.dtype)   # the new indptr
+            csc[et] = LocalCSC(kept, c.indices[keep], c.orig_ids[keep])
+        return LocalPart(self.graph, self.p, self.orig_ids, self.halo_ids, csc, self.node_data)
+
     def start(self, ntype: str) -> int:
         """First new ID of the nodes of ``ntype`` this part owns."""
         return self.graph.node_map[ntype][self.p][0]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch.futures import Future
 
+from .negatives import true_edge_mask
 from .partition import LocalPart
 from .sampler import sample_neighbors
 
@@ -23,11 +24,17 @@ from .sampler import sample_neighbors
 class SampleRequest:
     """Sample up to ``fanout`` in-neighbors of ``nodes`` (per-type new IDs, all owned by the
     receiving part) over every edge type whose destination type is listed. ``seed`` keys the
-    random stream so results do not depend on thread timing."""
+    random stream so results do not depend on thread timing.
+
+    ``exclude`` (link prediction) names edges that must not be returned, per edge type (its
+    ``str``): ascending int64 pair keys ``src * num_nodes[dst type] + dst`` (new IDs), as
+    :func:`trainer.negatives.edge_keys` makes. The owner drops sampled edges with those keys,
+    so a batch's positive edges, their duplicates and their twins never carry messages."""
 
     nodes: dict[str, torch.Tensor]
     fanout: int
     seed: int
+    exclude: dict[str, torch.Tensor] | None = None
 
 
 # per edge type: (position of the destination in ``SampleRequest.nodes[dst type]``, source new ID)
@@ -56,7 +63,14 @@ class PartServer:
             # index_select: 3-4x faster than tensor[idx] for this gather (21 -> 5.7 ms, hop 3)
             src = csc.indices.index_select(0, picked.edge_pos).long()
             src_new = self.part.local_to_new(et.src, src)
-            out[str(et)] = (picked.seed_pos, src_new)
+            seed_pos = picked.seed_pos
+            excluded = (request.exclude or {}).get(str(et))
+            if excluded is not None and len(excluded):
+                dst_new = ids.to(self.device).index_select(0, seed_pos)
+                keep = ~true_edge_mask(src_new, dst_new, excluded.to(self.device),
+                                       self.part.graph.num_nodes[et.dst])
+                seed_pos, src_new = seed_pos[keep], src_new[keep]
+            out[str(et)] = (seed_pos, src_new)
         return out
 
     def rows(self, name: str, nodes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -74,7 +88,7 @@ def payload_bytes(obj) -> int:
     if isinstance(obj, (list, tuple)):
         return sum(payload_bytes(v) for v in obj)
     if isinstance(obj, SampleRequest):
-        return payload_bytes(obj.nodes)
+        return payload_bytes(obj.nodes) + payload_bytes(obj.exclude or {})
     return 0
 
 

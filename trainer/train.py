@@ -29,11 +29,13 @@ from formats.partitioned import load_partitioned
 
 from . import rendezvous
 from .checkpoint import CheckpointInfo, load_checkpoint, save_checkpoint
-from .config import PLACEMENTS, TrainConfig, target_type  # noqa: F401  (re-exported)
+from .config import PLACEMENTS, TrainConfig, target_etype, target_type  # noqa: F401
+from .link_data import without_held_out
 from .dist_sampler import DistNeighborSampler, mix_seed
 from .features import FeatureFetcher, HaloCache
 from .loader import NodeLoader, rank_seeds
-from .model import GraphSAGE
+from .model import GraphSAGE, LinkModel
+from .scorer import make_scorer
 from .partition import LocalPart
 from .service import PartServer, RpcTransport, serve
 from .timing import PHASES, Breakdown
@@ -52,7 +54,7 @@ class Rank:
     transport: RpcTransport
     breakdown: Breakdown
     device: torch.device
-    ntype: str
+    ntype: str                 # node task: the type classified; link: the target's dst type
     cache: HaloCache | None = None
 
     @property
@@ -63,27 +65,46 @@ class Rank:
                timed: bool = True) -> NodeLoader:
         """Batches over this rank's share of the owned ``mask`` nodes; ``timed``: its sampling
         and fetch count in the epoch's breakdown (evaluation is timed as a whole)."""
-        cfg = self.cfg
+        seeds = rank_seeds(self.part, self.ntype, mask, self.cfg.ranks_per_part,
+                           self.local_index)
+        return self.node_loader(self.ntype, seeds, fanouts, batch_size, shuffle, timed)
+
+    def node_loader(self, ntype: str, seeds: torch.Tensor, fanouts: list[int],
+                    batch_size: int, shuffle: bool = False, timed: bool = False,
+                    label: str | None = "label") -> NodeLoader:
+        """Batches over the given ``ntype`` seeds (new IDs, any owner)."""
+        sampler, fetcher = self.sampling(fanouts, timed)
+        return NodeLoader(sampler, fetcher, ntype, seeds, batch_size, seed=self.cfg.seed,
+                          rank=self.env.rank, shuffle=shuffle, prefetch=self.cfg.prefetch,
+                          label=label)
+
+    def sampling(self, fanouts: list[int], timed: bool = True
+                 ) -> tuple[DistNeighborSampler, FeatureFetcher]:
+        """A sampler and a feature fetcher over all parts, timed into the epoch's breakdown
+        or not."""
         breakdown = self.breakdown if timed else Breakdown()
         sampler = DistNeighborSampler(self.part, self.server, self.transport, fanouts,
-                                      "cuda" if cfg.placement == "cuda" else "cpu", breakdown)
+                                      "cuda" if self.cfg.placement == "cuda" else "cpu",
+                                      breakdown)
         fetcher = FeatureFetcher(self.part, self.server, self.transport, breakdown, self.cache)
-        seeds = rank_seeds(self.part, self.ntype, mask, cfg.ranks_per_part, self.local_index)
-        return NodeLoader(sampler, fetcher, self.ntype, seeds, batch_size, seed=cfg.seed,
-                          rank=self.env.rank, shuffle=shuffle, prefetch=cfg.prefetch)
+        return sampler, fetcher
 
 
 def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
     """Load and serve this rank's part, then join the process group and RPC."""
     graph = load_partitioned(cfg.graph)
     cfg.check(graph.num_parts, env.world_size)
-    ntype = target_type(graph, cfg.target)
+    ntype = target_etype(graph, cfg.target_etype).dst if cfg.task == "link" else \
+        target_type(graph, cfg.target)
     device = torch.device(cfg.device)
     if device.type == "cuda":
         torch.cuda.set_device(env.local_rank % torch.cuda.device_count())
         device = torch.device("cuda", torch.cuda.current_device())
     p = env.rank // cfg.ranks_per_part
-    server = PartServer(LocalPart.load(cfg.graph, p).place(cfg.placement))
+    part = LocalPart.load(cfg.graph, p)
+    if cfg.task == "link":
+        part = without_held_out(part)     # held-out edges never carry messages
+    server = PartServer(part.place(cfg.placement))
     serve(server)  # before joining: no request can find this rank without a server
     rendezvous.start(env, "nccl" if device.type == "cuda" else "gloo", cfg.rpc_timeout)
     log.info("rank %d serves part %d of %d (%d ranks per part)", env.rank, p, graph.num_parts,
@@ -102,13 +123,16 @@ def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
 
 
 def build_model(rank: Rank):
-    """GraphSAGE (same initial weights on every rank), its DDP wrapper and Adam."""
+    """The model (same initial weights on every rank), its DDP wrapper and Adam: GraphSAGE
+    with class logits (node task), or GraphSAGE embeddings and a scorer (link task)."""
     cfg, graph = rank.cfg, rank.part.graph
     fetcher = FeatureFetcher(rank.part, rank.server, rank.transport)
-    num_classes = _num_classes(rank.part, rank.ntype)
+    out_dim = cfg.hidden if cfg.task == "link" else _num_classes(rank.part, rank.ntype)
     torch.manual_seed(cfg.seed)
     model = GraphSAGE({t: fetcher.dim(t, "feat") for t in graph.node_types}, cfg.hidden,
-                      num_classes, list(graph.edge_types), len(cfg.fanouts), cfg.dropout)
+                      out_dim, list(graph.edge_types), len(cfg.fanouts), cfg.dropout)
+    if cfg.task == "link":
+        model = LinkModel(model, make_scorer(cfg.scorer, cfg.hidden))
     model = model.to(rank.device)
     ddp = DistributedDataParallel(
         model, device_ids=[rank.device.index] if rank.device.type == "cuda" else None,
@@ -121,36 +145,93 @@ def build_model(rank: Rank):
 def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
     """Train on this rank until ``cfg.epochs``; returns the final summary (same on all ranks)."""
     rank = join(cfg, env)
-    train_loader = rank.loader("train_mask", cfg.fanouts, cfg.batch_size, True)
-    eval_loaders = {m: rank.loader(f"{m}_mask", cfg.eval_fanouts or cfg.fanouts,
-                                   cfg.eval_batch_size, False, timed=False)
-                    for m in ("val", "test")}
+    if cfg.task == "link":
+        from .link_train import LinkTask
+        task = LinkTask(rank)
+    else:
+        task = NodeTask(rank)
     model, ddp, optimizer = build_model(rank)
     state = load_checkpoint(cfg.checkpoint_dir, model, optimizer) if cfg.resume else None
     history: list[dict] = state["history"] if state else []
     if state:
         log.info("resumed from %s after epoch %d", cfg.checkpoint_dir, len(history) - 1)
-    info = CheckpointInfo.of(cfg, rank.part.graph, rank.ntype)
+    info = CheckpointInfo.of(cfg, rank.part.graph, task.target)
     for epoch in range(len(history), cfg.epochs):
         torch.manual_seed(mix_seed(cfg.seed, epoch, env.rank))  # dropout: resumable exactly
         start = time.perf_counter()
-        loss_sum, correct, seen = _train_epoch(rank, ddp, optimizer, train_loader, epoch)
+        sums = task.train_epoch(ddp, optimizer, epoch)
         train_s = time.perf_counter() - start
         with rank.breakdown.clock("eval"):
-            accuracy = {m: _evaluate(model, ld, rank.device) for m, ld in eval_loaders.items()}
-        record = _epoch_record(epoch, env, train_s, time.perf_counter() - start,
-                               [loss_sum, correct, seen, *accuracy["val"], *accuracy["test"]],
+            evaluation = task.evaluate(model)
+        record = _epoch_record(epoch, env, train_s, time.perf_counter() - start, sums,
                                rank.breakdown.take(), rank.transport.take_counters(),
-                               len(train_loader))
+                               task.num_batches)
+        record = {"epoch": epoch, **task.train_metrics(record.pop("sums")), **evaluation,
+                  **record}
         history.append(record)
         if env.rank == 0:
-            _report(record, history, cfg)
+            _report(record, history, cfg, task)
             if cfg.checkpoint_dir:
+                best = summarize(history, task.metric)["best_epoch"] == epoch
                 save_checkpoint(cfg.checkpoint_dir, model, optimizer, history, asdict(cfg), info,
-                                best=summarize(history)["best_epoch"] == epoch)
+                                best=best)
     dist.barrier()
     rendezvous.stop()
-    return summarize(history)
+    return summarize(history, task.metric)
+
+
+class NodeTask:
+    """Node classification: cross-entropy on the owned training nodes, exact accuracy."""
+
+    metric = "val_acc"
+
+    def __init__(self, rank: Rank):
+        cfg = rank.cfg
+        self.rank, self.target = rank, rank.ntype
+        self.train_loader = rank.loader("train_mask", cfg.fanouts, cfg.batch_size, True)
+        self.eval_loaders = {m: rank.loader(f"{m}_mask", cfg.eval_fanouts or cfg.fanouts,
+                                            cfg.eval_batch_size, False, timed=False)
+                             for m in ("val", "test")}
+
+    @property
+    def num_batches(self) -> int:
+        return len(self.train_loader)
+
+    def train_epoch(self, ddp, optimizer, epoch: int) -> dict[str, float]:
+        """One epoch over this rank's seeds; returns its sums (loss, correct, seen)."""
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        correct = seen = 0
+        for i, batch in train_batches(self.rank, ddp, self.train_loader, epoch):
+            with self.rank.breakdown.clock("forward_backward"):
+                logits = ddp(batch.blocks, batch.x, batch.ntype)
+                loss = torch.nn.functional.cross_entropy(logits, batch.y)
+                step(loss, optimizer, f"epoch {epoch}, batch {i} (rank {self.rank.env.rank})")
+            loss_sum += loss.detach().double().cpu() * len(batch.y)
+            correct += int((logits.argmax(1) == batch.y).sum())
+            seen += len(batch.y)
+        return {"loss_sum": float(loss_sum), "correct": correct, "seen": seen}
+
+    @staticmethod
+    def train_metrics(sums: dict[str, float]) -> dict:
+        seen = max(sums["seen"], 1)
+        return {"loss": sums["loss_sum"] / seen, "train_acc": sums["correct"] / seen,
+                "train_nodes": int(sums["seen"])}
+
+    def evaluate(self, model) -> dict:
+        """Exact validation and test accuracy over all ranks' nodes."""
+        counts = torch.tensor([c for ld in self.eval_loaders.values()
+                               for c in _evaluate(model, ld, self.rank.device)],
+                              dtype=torch.float64)
+        dist.all_reduce(counts)
+        val_c, val_n, test_c, test_n = counts.tolist()
+        return {"val_acc": val_c / val_n if val_n else math.nan,
+                "test_acc": test_c / test_n if test_n else math.nan,
+                "val_nodes": int(val_n), "test_nodes": int(test_n)}
+
+    @staticmethod
+    def describe(record: dict) -> str:
+        return (f"loss {record['loss']:.4f} train {record['train_acc']:.4f} val "
+                f"{record['val_acc']:.4f} test {record['test_acc']:.4f}")
 
 
 def _num_classes(part: LocalPart, ntype: str) -> int:
@@ -176,34 +257,31 @@ def _timed_allreduce(breakdown: Breakdown):
     return hook
 
 
-def _train_epoch(rank: Rank, ddp, optimizer, loader: NodeLoader, epoch: int):
-    cfg, env, device, breakdown = rank.cfg, rank.env, rank.device, rank.breakdown
+def train_batches(rank: Rank, ddp, loader, epoch: int):
+    """The epoch's batches on the model's device, under DDP ``Join`` (ranks with fewer batches
+    shadow the others' all-reduces), with the progress bar and the testing failure hook."""
+    cfg, env = rank.cfg, rank.env
     ddp.train()
-    loss_sum = torch.zeros((), dtype=torch.float64)
-    correct = seen = 0
     bar = tqdm(total=len(loader), desc=f"epoch {epoch}", unit="batch", leave=False,
                disable=env.rank != 0 or not show_progress(cfg.progress))
     with Join([ddp]):
         for i, batch in enumerate(loader.epoch(epoch)):
             if cfg.fail_rank == env.rank and epoch == cfg.fail_epoch and i == 0:
                 batch = _inject_failure(cfg.fail_mode, env.rank, batch)
-            batch = batch.to(device)
-            with breakdown.clock("forward_backward"):
-                logits = ddp(batch.blocks, batch.x, batch.ntype)
-                loss = torch.nn.functional.cross_entropy(logits, batch.y)
-                if not torch.isfinite(loss.detach()):  # before the step spreads it to weights
-                    raise NonFiniteLoss(f"loss is {loss.item()} at epoch {epoch}, batch {i} "
-                                        f"(rank {env.rank}): training diverged or an input is "
-                                        "not finite; lower --lr or check the data")
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-            loss_sum += loss.detach().double().cpu() * len(batch.y)
-            correct += int((logits.argmax(1) == batch.y).sum())
-            seen += len(batch.y)
+            yield i, batch.to(rank.device)
             bar.update()
     bar.close()
-    return float(loss_sum), correct, seen
+
+
+def step(loss, optimizer, where: str) -> None:
+    """Backward and optimizer step, refused (NonFiniteLoss, naming ``where``) before a NaN or
+    inf loss spreads to the weights."""
+    if not torch.isfinite(loss.detach()):
+        raise NonFiniteLoss(f"loss is {loss.item()} at {where}: training diverged or an input "
+                            "is not finite; lower --lr or check the data")
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
 
 
 class NonFiniteLoss(ValueError):
@@ -234,52 +312,55 @@ def _evaluate(model, loader: NodeLoader, device) -> tuple[int, int]:
     return correct, total
 
 
-def _epoch_record(epoch, env, train_s, epoch_s, counts, times, rpc, batches) -> dict:
-    """One epoch's figures, reduced over ranks (counts and bytes summed, times averaged)."""
+def _epoch_record(epoch, env, train_s, epoch_s, sums: dict[str, float], times, rpc,
+                  batches) -> dict:
+    """One epoch's common figures, reduced over ranks (``sums`` and bytes summed, times
+    averaged); the task's summed training counts are returned under ``"sums"``."""
     names = list(PHASES) + ["train_s", "epoch_s"]
-    values = counts + [times[p] for p in PHASES] + [train_s, epoch_s] + list(rpc.values()) + \
-        [batches]
+    values = list(sums.values()) + [times[p] for p in PHASES] + [train_s, epoch_s] + \
+        list(rpc.values()) + [batches]
     total = torch.tensor(values, dtype=torch.float64)
     dist.all_reduce(total)
     most = torch.tensor([train_s, epoch_s, batches, peak_rss_bytes() / 2**20],
                         dtype=torch.float64)
     dist.all_reduce(most, op=dist.ReduceOp.MAX)
     total, most = total.tolist(), most.tolist()
-    loss_sum, correct, seen, val_c, val_n, test_c, test_n = total[:7]
-    per_rank = {n: round(v / env.world_size, 4) for n, v in zip(names, total[7:7 + len(names)])}
-    rpc_total = dict(zip(rpc, (int(v) for v in total[7 + len(names):-1])))
-    return {"epoch": epoch, "loss": loss_sum / max(seen, 1), "train_acc": correct / max(seen, 1),
-            "val_acc": val_c / val_n if val_n else math.nan,
-            "test_acc": test_c / test_n if test_n else math.nan,
-            "train_nodes": int(seen), "val_nodes": int(val_n), "test_nodes": int(test_n),
+    k = len(sums)
+    per_rank = {n: round(v / env.world_size, 4) for n, v in zip(names, total[k:k + len(names)])}
+    rpc_total = dict(zip(rpc, (int(v) for v in total[k + len(names):-1])))
+    return {"sums": dict(zip(sums, total[:k])),
             "epoch_s": float(most[1]), "train_s": float(most[0]),
             "batches_total": int(total[-1]), "batches_max_rank": int(most[2]),
             "peak_rss_mb_max_rank": round(most[3], 1),
             "time_per_rank_s": per_rank, **rpc_total}
 
 
-def summarize(history: list[dict]) -> dict:
-    """Final figures: test accuracy at the best validation epoch, and at the last epoch."""
-    best = max(history, key=lambda r: (r["val_acc"], -r["epoch"]))
+def summarize(history: list[dict], metric: str = "val_acc") -> dict:
+    """Final figures: every validation and test metric at the epoch of best ``metric``
+    (earliest on ties), and the last epoch's test value of that metric."""
+    best = max(history, key=lambda r: (r[metric], -r["epoch"]))
     last = history[-1]
-    return {"epochs": len(history), "best_epoch": best["epoch"], "val_acc": best["val_acc"],
-            "test_acc": best["test_acc"], "final_test_acc": last["test_acc"],
-            "mean_epoch_s": sum(r["epoch_s"] for r in history) / len(history)}
+    test_metric = "test_" + metric.removeprefix("val_")
+    out = {"epochs": len(history), "best_epoch": best["epoch"]}
+    out.update({k: v for k, v in best.items()
+                if k.startswith(("val_", "test_")) and isinstance(v, float)})
+    out[f"final_{test_metric}"] = last[test_metric]
+    out["mean_epoch_s"] = sum(r["epoch_s"] for r in history) / len(history)
+    return out
 
 
-def _report(record: dict, history: list[dict], cfg: TrainConfig) -> None:
+def _report(record: dict, history: list[dict], cfg: TrainConfig, task) -> None:
     t = record["time_per_rank_s"]
-    log.info("epoch %d: loss %.4f train %.4f val %.4f test %.4f | %.2f s (train %.2f) | "
+    log.info("epoch %d: %s | %.2f s (train %.2f) | "
              "per rank: sample local %.2f remote %.2f, fetch %.2f, wait %.2f, fwd/bwd %.2f, "
              "allreduce %.2f, eval %.2f s | rpc %d req, %.1f MB",
-             record["epoch"], record["loss"], record["train_acc"], record["val_acc"],
-             record["test_acc"], record["epoch_s"], record["train_s"], t["sample_local"],
-             t["sample_remote"], t["feature_fetch"], t["wait_batch"], t["forward_backward"],
-             t["allreduce"], t["eval"], record["rpc_requests"],
+             record["epoch"], task.describe(record), record["epoch_s"], record["train_s"],
+             t["sample_local"], t["sample_remote"], t["feature_fetch"], t["wait_batch"],
+             t["forward_backward"], t["allreduce"], t["eval"], record["rpc_requests"],
              (record["rpc_bytes_sent"] + record["rpc_bytes_received"]) / 1e6)
     if cfg.metrics_out:
         write_json_atomic(cfg.metrics_out, {"config": asdict(cfg), "epochs": history,
-                                            "summary": summarize(history)})
+                                            "summary": summarize(history, task.metric)})
 
 
 def write_json_atomic(path: str, obj) -> None:

@@ -18,7 +18,8 @@ import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import fresh_cluster, run_baseline, timer, worker_peak_rss_mb  # noqa: E402
+from common import (fresh_cluster, run_baseline, sampled_peaks_mb, start_memory_sampler,  # noqa: E402
+                    timer, worker_peak_rss_mb)
 
 from dispatch.job import run_dispatch  # noqa: E402
 from dispatch.verify import run_verify  # noqa: E402
@@ -103,12 +104,24 @@ class DiskPeak:
 
 
 def step(name, edges, fn, disk_of: str):
+    """One step on fresh workers: its figures, also written to stderr as soon as it ends (a
+    long run that is stopped keeps the steps it finished)."""
     with fresh_cluster() as (opts, client), DiskPeak(disk_of) as disk:
+        start_memory_sampler(client)
         with timer() as t:
-            fn(opts)
+            out = fn(opts)
         rss = worker_peak_rss_mb(client)
-    return {"seconds": round(t["s"], 2), "edges_per_s": round(edges / t["s"]),
-            "worker_peak_rss_mb": rss, "peak_disk_written_mb": disk.peak_mb}
+        sampled = sampled_peaks_mb(client)
+    row = {"seconds": round(t["s"], 2), "edges_per_s": round(edges / t["s"]),
+           "worker_peak_rss_mb": rss, "worker_peak_anon_mb": sampled["anon"],
+           "worker_peak_file_backed_mb": sampled["file_backed"],
+           "peak_disk_written_mb": disk.peak_mb}
+    stats = getattr(out, "stats", None)
+    if stats:
+        row.update({k: stats[k] for k in ("edge_cut", "cut_ratio", "levels", "coarse_edges")
+                    if k in stats})
+    print(json.dumps({name: row}), file=sys.stderr, flush=True)
+    return row
 
 
 def pipeline(tmp: str, edges: int, parts: int, method: str = "random",

@@ -1,0 +1,245 @@
+"""``python -m trainer embed``: layer-wise full-neighbor inference over every node, distributed
+like training, written per node type by original ID.
+
+One rank per part. Layer ``i`` runs over all owned nodes of every type in batches: each batch
+takes *all* in-neighbors (one hop), fetches their layer ``i - 1`` outputs (local rows, or one
+request per owner part) and applies the checkpoint's layer ``i``. A part's outputs of a layer
+are registered as node data of its server before a barrier, so the next layer fetches them like
+features. This is exact (no sampling), and each node is computed once per layer, where sampled
+inference recomputes shared neighborhoods per seed.
+
+Output ``OUT/`` (written under ``OUT.partial`` and renamed into place at the end):
+``<ntype>/embeddings.npy`` (float32 ``[num_nodes, D]``, row = original ID; the last layer for
+link prediction, the last hidden layer for node classification), for node classification also
+``<target>/logits.npy`` and ``<target>/predictions.npy`` (int64), and ``embed.json``: the
+files, the checkpoint, and the metrics of these embeddings beside the sampled evaluation
+recorded in the checkpoint at the same epoch. A rank holds its part's outputs of two layers
+(owned nodes x width, float32) and one batch's neighborhoods.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+
+import click
+
+from formats.console import show_progress
+from formats.errors import FormatError
+from formats.partitioned import load_partitioned
+
+from .cli import OneLineErrors, _setup_logging
+
+log = logging.getLogger("trainer")
+
+
+@click.command(cls=OneLineErrors,
+               context_settings={"help_option_names": ["-h", "--help"],
+                                 "show_default": True, "max_content_width": 100})
+@click.option("--graph", required=True, type=click.Path(),
+              help="graph.json written by `prep dispatch` (or its folder): the graph trained on.")
+@click.option("--checkpoint", required=True, type=click.Path(),
+              help="A checkpoint file, or a checkpoint folder (its best.pt: the best-validation "
+                   "epoch).")
+@click.option("--out", required=True, type=click.Path(),
+              help="Output folder (replaced if it exists).")
+@click.option("--batch-size", default=1024, help="Nodes per inference batch (all their "
+                                                 "in-neighbors are taken).")
+@click.option("--device", default="cpu", type=click.Choice(["cpu", "cuda"]),
+              help="Where the layers run (cuda: one GPU per rank, by LOCAL_RANK).")
+@click.option("--rpc-timeout", default=60.0, help="Seconds before a request to a silent rank "
+                                                  "fails.")
+@click.option("--threads", default=0, help="torch threads per rank; 0 = cores / ranks.")
+@click.option("--progress/--no-progress", default=True, help="Progress bar on rank 0.")
+@click.option("-v", "--verbose", is_flag=True, help="Log every rank, not only rank 0.")
+def main(graph, checkpoint, out, batch_size, device, rpc_timeout, threads, progress, verbose):
+    """Write node embeddings (and class predictions) of a trained checkpoint for every node,
+    by original ID, with exact full-neighbor inference.
+
+    \b
+    Example:
+      python -m trainer embed --graph parts/graph.json --checkpoint checkpoints/cora \\
+          --out embeddings/cora
+    """
+    rank = os.environ.get("RANK")
+    _setup_logging(rank, verbose)
+    try:
+        meta = load_partitioned(graph)
+    except FormatError as err:
+        raise click.ClickException(str(err)) from None
+    if os.path.isdir(checkpoint):
+        checkpoint = os.path.join(checkpoint, "best.pt")
+    if not os.path.isfile(checkpoint):
+        raise click.UsageError(f"--checkpoint {checkpoint}: no such checkpoint file")
+    if batch_size < 1:
+        raise click.UsageError(f"--batch-size {batch_size}: must be at least 1")
+    if rank is None:
+        from .launch import launch_local
+        log.info("launching %d ranks, one per part", meta.num_parts)
+        sys.exit(launch_local(sys.argv[1:], meta.num_parts))
+    import torch
+    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) //
+                                         int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
+    run_embed(graph, checkpoint, out, batch_size, device, rpc_timeout,
+              show_progress(progress))
+
+
+def run_embed(graph: str, checkpoint: str, out: str, batch_size: int, device: str,
+              rpc_timeout: float, progress: bool) -> dict:
+    """This rank's share of ``trainer embed``; returns the metrics (the same on every rank)."""
+    import torch
+    import torch.distributed as dist
+
+    from . import rendezvous
+    from .config import TrainConfig
+    from .train import build_model, join
+
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    saved = dict(state["config"])
+    saved.update(graph=graph, device=device, placement="cpu", ranks_per_part=1, resume=False,
+                 checkpoint_dir=None, metrics_out=None, rpc_timeout=rpc_timeout,
+                 progress=progress, fail_rank=None)
+    cfg = TrainConfig(**saved)
+    env = rendezvous.RankEnv.from_env()
+    rank = join(cfg, env)
+    model, _, _ = build_model(rank)
+    model.load_state_dict(state["model"])
+    model.eval()
+    encoder = model.encoder if cfg.task == "link" else model
+    layers = layerwise(rank, encoder, batch_size, progress and env.rank == 0)
+    final = layers[-1]
+    embedding = final if cfg.task == "link" or len(layers) == 1 else layers[-2]
+    partial = out.rstrip("/") + ".partial"
+    files = _files(rank, cfg.task, embedding, final)
+    if env.rank == 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        _create(rank, partial, files)
+    dist.barrier()
+    _write_rows(rank, partial, files)
+    metrics = _metrics(rank, cfg, model, final)
+    dist.barrier()
+    if env.rank == 0:
+        epoch = state["history"][-1]["epoch"]
+        sampled = {k: v for k, v in state["history"][-1].items()
+                   if k.startswith(("val_", "test_"))}
+        with open(os.path.join(partial, "embed.json"), "w") as f:
+            json.dump({"graph": os.path.abspath(graph), "checkpoint": os.path.abspath(checkpoint),
+                       "epoch": epoch, "task": cfg.task,
+                       "files": {f"{t}/{name}": [list(shape), dtype]
+                                 for (t, name), (_, shape, dtype) in files.items()},
+                       "full_neighbor": metrics, "sampled_at_training": sampled}, f, indent=1)
+        if os.path.exists(out):
+            shutil.rmtree(out)
+        os.replace(partial, out)
+        key = "test_auc" if cfg.task == "link" else "test_acc"
+        print(f"wrote {out}: {', '.join(sorted({t for t, _ in files}))}; full-neighbor "
+              f"{key} {metrics[key]:.4f} (sampled evaluation at epoch {epoch}: "
+              f"{sampled.get(key, float('nan')):.4f})", flush=True)
+    dist.barrier()
+    rendezvous.stop()
+    return metrics
+
+
+def layerwise(rank, encoder, batch_size: int, progress: bool) -> list[str]:
+    """Run every layer of ``encoder`` over all owned nodes, one layer at a time; each layer's
+    outputs become node data ``__layer<i>`` of this part's server. Returns their names."""
+    import torch
+    import torch.distributed as dist
+    from tqdm.auto import tqdm
+
+    part = rank.server.part
+    sampler, fetcher = rank.sampling([-1], timed=False)
+    owned = {t: torch.arange(len(part.orig_ids[t])) + part.start(t)
+             for t in part.graph.node_types}
+    total = len(encoder.layers) * sum(-(-len(v) // batch_size) for v in owned.values())
+    bar = tqdm(total=total, desc="embed", unit="batch", leave=False, disable=not progress)
+    name, names = "feat", []
+    with torch.no_grad():
+        for i, layer in enumerate(encoder.layers):
+            outputs = {}
+            for t, ids in owned.items():
+                rows = []
+                for j, batch in enumerate(torch.split(ids, batch_size)):
+                    (block,) = sampler.sample_blocks({t: batch}, seed=j)
+                    x = fetcher.fetch(name, block.src_nodes)
+                    h = encoder.layer(i, block.to(rank.device),
+                                      {k: v.to(rank.device) for k, v in x.items()})
+                    rows.append(h[t].float().cpu())
+                    bar.update()
+                outputs[t] = torch.cat(rows) if rows else torch.zeros(0, layer.out_dim)
+            name = f"__layer{i + 1}"
+            for t, rows in outputs.items():   # after the layer: its fetches read layer i - 1
+                part.node_data[t][name] = rows
+                part.graph.node_feats.setdefault(t, {})[name] = {
+                    "dtype": "float32", "shape": [layer.out_dim]}
+            names.append(name)
+            dist.barrier()                    # every part's layer i is served from here on
+    bar.close()
+    return names
+
+
+def _files(rank, task: str, embedding: str, final: str) -> dict:
+    """``(type, file name) -> (layer name, shape, dtype)`` of the outputs."""
+    graph = rank.part.graph
+    files = {}
+    for t in graph.node_types:
+        width = graph.node_feats[t][embedding]["shape"][0]
+        files[(t, "embeddings.npy")] = (embedding, (graph.num_nodes[t], width), "float32")
+    if task == "node":
+        classes = graph.node_feats[rank.ntype][final]["shape"][0]
+        n = graph.num_nodes[rank.ntype]
+        files[(rank.ntype, "logits.npy")] = (final, (n, classes), "float32")
+        files[(rank.ntype, "predictions.npy")] = (final, (n,), "int64")
+    return files
+
+
+def _create(rank, folder: str, files: dict) -> None:
+    import numpy as np
+    for (t, name), (_, shape, dtype) in files.items():
+        os.makedirs(os.path.join(folder, t), exist_ok=True)
+        np.lib.format.open_memmap(os.path.join(folder, t, name), "w+", dtype, shape).flush()
+
+
+def _write_rows(rank, folder: str, files: dict) -> None:
+    """This part's rows of every output, at their original IDs."""
+    import numpy as np
+    part = rank.server.part
+    for (t, name), (layer, _, _) in files.items():
+        rows = part.node_data[t][layer]
+        if name == "predictions.npy":
+            rows = rows.argmax(1)
+        out = np.load(os.path.join(folder, t, name), mmap_mode="r+")
+        out[part.orig_ids[t].numpy()] = rows.numpy()
+        out.flush()
+
+
+def _metrics(rank, cfg, model, final: str) -> dict:
+    """The task's validation/test metrics of the full-neighbor outputs (exact over ranks)."""
+    import torch
+    import torch.distributed as dist
+    part = rank.server.part
+    if cfg.task == "link":
+        from .link_train import LinkTask
+        _, fetcher = rank.sampling([-1], timed=False)
+
+        def embeddings(nodes):
+            out = {}
+            for t, ids in nodes.items():
+                uniq = torch.unique(ids)
+                out[t] = (uniq, fetcher.fetch(final, {t: uniq})[t].to(rank.device))
+            return out
+        return LinkTask(rank).evaluate(model, embeddings)
+    t = rank.ntype
+    pred = part.node_data[t][final].argmax(1)
+    label = part.node_data[t]["label"].long()
+    counts = torch.tensor([float(((pred == label) & part.node_data[t][f"{m}_mask"].bool()).sum())
+                           for m in ("val", "test")] +
+                          [float(part.node_data[t][f"{m}_mask"].bool().sum())
+                           for m in ("val", "test")], dtype=torch.float64)
+    dist.all_reduce(counts)
+    val_c, test_c, val_n, test_n = counts.tolist()
+    return {"val_acc": val_c / max(val_n, 1), "test_acc": test_c / max(test_n, 1),
+            "val_nodes": int(val_n), "test_nodes": int(test_n)}

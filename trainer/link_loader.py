@@ -1,0 +1,92 @@
+"""Batches of positive edges with their negatives, sampled around both ends (link prediction).
+
+A batch of ``B`` training edges gets ``B * neg_ratio`` uniform negatives
+(:func:`trainer.negatives.uniform_negatives`, global new IDs: no part needs the whole graph).
+The seed nodes are the distinct ends of positives and negatives per node type; they are
+sampled like any nodes, in one multi-type :meth:`DistNeighborSampler.sample_blocks` call that
+excludes the batch's positives (and their twins) at the owners. Shuffling, prefetching and the
+per-batch random keys are :class:`NodeLoader`'s, over positions in the rank's edge list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from formats import EdgeType
+
+from .dist_sampler import Block, DistNeighborSampler, mix_seed
+from .features import FeatureFetcher
+from .link_data import LinkEdges, exclusion_keys
+from .loader import NodeLoader
+from .negatives import uniform_negatives
+from .partition import LocalPart
+
+
+@dataclass
+class LinkBatch:
+    """Positive and negative pairs of one batch as positions into the seeds of
+    ``etype.src`` / ``etype.dst`` (the last block's destinations), with the blocks and the
+    input features of ``blocks[0].src_nodes``."""
+
+    etype: EdgeType
+    blocks: list[Block]
+    pos: tuple[torch.Tensor, torch.Tensor]
+    neg: tuple[torch.Tensor, torch.Tensor]
+    x: dict[str, torch.Tensor] | None = None
+
+    @property
+    def input_nodes(self) -> dict[str, torch.Tensor]:
+        return self.blocks[0].src_nodes
+
+    def to(self, device) -> "LinkBatch":
+        move = (lambda t: t.to(device, non_blocking=True))
+        return LinkBatch(self.etype, [b.to(device) for b in self.blocks],
+                         (move(self.pos[0]), move(self.pos[1])),
+                         (move(self.neg[0]), move(self.neg[1])),
+                         None if self.x is None else {t: move(v) for t, v in self.x.items()})
+
+
+def seed_nodes(etype: EdgeType, src: torch.Tensor, dst: torch.Tensor
+               ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Distinct seed nodes per type of the pairs ``(src[i], dst[i])`` and each pair's two
+    positions among them: ``(seeds, src_pos, dst_pos)``. One ``torch.unique`` per node type."""
+    if etype.src == etype.dst:
+        uniq, inverse = torch.unique(torch.cat([src, dst]), return_inverse=True)
+        return {etype.src: uniq}, inverse[:len(src)], inverse[len(src):]
+    us, src_pos = torch.unique(src, return_inverse=True)
+    ud, dst_pos = torch.unique(dst, return_inverse=True)
+    return {etype.src: us, etype.dst: ud}, src_pos, dst_pos
+
+
+class LinkLoader(NodeLoader):
+    """Training batches over this rank's positive ``edges`` of ``etype``; holds at most
+    ``prefetch`` prepared batches."""
+
+    def __init__(self, sampler: DistNeighborSampler, fetcher: FeatureFetcher, part: LocalPart,
+                 etype: EdgeType, edges: LinkEdges, batch_size: int, *, seed: int, rank: int,
+                 neg_ratio: int = 1, corrupt_src: bool = False, shuffle: bool = True,
+                 prefetch: int = 2, feature: str = "feat"):
+        super().__init__(sampler, fetcher, etype.dst, torch.arange(len(edges)), batch_size,
+                         seed=seed, rank=rank, shuffle=shuffle, prefetch=prefetch,
+                         feature=feature, label=None)
+        self.part, self.etype, self.edges = part, etype, edges
+        self.neg_ratio, self.corrupt_src = neg_ratio, corrupt_src
+
+    def batch(self, epoch: int, i: int, positions: torch.Tensor) -> LinkBatch:
+        """Negatives, seeds, blocks and inputs of batch ``i`` (runs on the loader thread)."""
+        et, n = self.etype, self.part.graph.num_nodes
+        src, dst = self.edges.src[positions], self.edges.dst[positions]
+        key = mix_seed(self.seed, epoch, self.rank, i)
+        generator = torch.Generator().manual_seed(mix_seed(key, 1))
+        neg_src, neg_dst = uniform_negatives(src, n[et.dst], self.neg_ratio, generator,
+                                             self.corrupt_src, n[et.src], dst)
+        seeds, src_pos, dst_pos = seed_nodes(et, torch.cat([src, neg_src]),
+                                             torch.cat([dst, neg_dst]))
+        blocks = self.sampler.sample_blocks(seeds, key,
+                                            exclude=exclusion_keys(self.part, et, src, dst))
+        b = len(src)
+        out = LinkBatch(et, blocks, (src_pos[:b], dst_pos[:b]), (src_pos[b:], dst_pos[b:]))
+        out.x = self.fetcher.fetch(self.feature, out.input_nodes)
+        return out

@@ -182,13 +182,13 @@ def test_kill_and_resume_gives_identical_bytes(tmp_path, scheduler):
            str(tmp_path / "a"), str(tmp_path / "d"), "--range-size", "4000", "--no-progress",
            "--scheduler", scheduler]
     proc = subprocess.Popen(cmd, start_new_session=True)
-    work = tmp_path / "d" / ".work" / "edges"
+    work = tmp_path / ".d.partial" / ".work" / "edges"      # built beside the output
     deadline = time.time() + 60
     while time.time() < deadline and not (work.exists() and any(work.iterdir())):
         time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGKILL)          # killed midway
-    proc.wait()
-    assert not (tmp_path / "d" / "graph.json").exists()
+    assert proc.wait() == -signal.SIGKILL, "dispatch ended before it could be killed midway"
+    assert (tmp_path / ".d.partial").exists() and not (tmp_path / "d").exists()
     run_cli(scheduler, "dispatch", tmp_path / "g", tmp_path / "a", tmp_path / "d",
             "--range-size", 4000)
     same_bytes(tmp_path / "ref", tmp_path / "d")

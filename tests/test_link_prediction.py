@@ -174,3 +174,5 @@ def test_heterogeneous_link_prediction_beats_chance(scheduler, mag_parts, tmp_pa
     bad = run_trainer("--graph", graph_json, "--task", "link", "--target-etype", "writes",
                       "--no-progress")
     assert bad.returncode == 2 and "--target-etype writes" in bad.stderr
+    unsplit = run_trainer("--graph", mag_parts[1], "--task", "link", "--no-progress")
+    assert unsplit.returncode == 2 and "prep split-edges" in unsplit.stderr

@@ -25,7 +25,7 @@ BEST = "best.pt"
 # options a resumed run must share with the checkpoint: the model's shape and what makes the
 # continuation exact (seeds, batches, optimizer settings)
 RESUME_KEYS = ("target", "task", "hidden", "fanouts", "dropout", "lr", "weight_decay",
-               "batch_size", "seed", "scorer", "neg_ratio", "corrupt_src")
+               "batch_size", "seed", "scorer", "neg_ratio", "corrupt_src", "degree_input")
 
 
 class ResumeRefused(ValueError):

@@ -1,4 +1,5 @@
-"""``python -m trainer``: distributed GraphSAGE node classification on a partitioned graph.
+"""``python -m trainer``: distributed GraphSAGE node classification or link prediction on a
+partitioned graph (``python -m trainer embed``: inference, in ``trainer.embed``).
 
 Without ``RANK`` in the environment it launches one rank per part (``--ranks-per-part`` R: R per
 part) on this machine; under ``torchrun`` (or any launcher setting ``RANK``, ``WORLD_SIZE``,
@@ -98,6 +99,9 @@ class OneLineErrors(click.Command):
 @click.option("--eval-negatives", default=100,
               help="Link task: fixed negatives ranked against each validation/test edge for "
                    "MRR and Hits@20/50/100 (the first also serves the AUC).")
+@click.option("--degree-input/--no-degree-input", default=None,
+              help="Append log(1 + in-degree) to every node's input features (degrees of "
+                   "the graph messages run on) [default: on for --task link, off for node].")
 @click.option("--seed", default=0, help="Seed of model init, shuffling, sampling and dropout: "
                                         "the same seed gives the same run.")
 @click.option("--rpc-timeout", default=30.0, help="Seconds before an RPC or collective to a "
@@ -134,12 +138,7 @@ def main(graph, threads, verbose, **options):
       python -m trainer --graph parts/graph.json --fanouts 15,10,5 --epochs 20
       python -m trainer --graph parts/graph.json --task link --scorer mlp --epochs 20
     """
-    rank = os.environ.get("RANK")
-    _setup_logging(rank, verbose)
-    try:
-        meta = load_partitioned(graph)
-    except FormatError as err:
-        raise click.ClickException(str(err)) from None
+    rank, meta = start_command(graph, verbose)
     cfg = TrainConfig(graph=graph, **options)
     if cfg.checkpoint_dir is None:
         cfg.checkpoint_dir = os.path.join("checkpoints", meta.graph_name)
@@ -154,6 +153,17 @@ def main(graph, threads, verbose, **options):
         log.info("launching %d ranks: %d parts x %d", world, meta.num_parts, cfg.ranks_per_part)
         sys.exit(launch_local(sys.argv[1:], world))
     _run_as_rank(cfg, meta, int(rank), threads)
+
+
+def start_command(graph: str, verbose: bool):
+    """``(RANK or None, graph.json loaded)`` for a trainer command: logging set up for the
+    launcher or this rank; an unreadable graph.json is a one-line usage error."""
+    rank = os.environ.get("RANK")
+    _setup_logging(rank, verbose)
+    try:
+        return rank, load_partitioned(graph)
+    except FormatError as err:
+        raise click.ClickException(str(err)) from None
 
 
 def _check_checkpoint(cfg, meta, target: str, rank: str | None) -> None:

@@ -42,6 +42,7 @@ class TrainConfig:
     neg_ratio: int = 1
     corrupt_src: bool = False
     eval_negatives: int = 100
+    degree_input: bool | None = None    # None: on for the link task, off for the node task
     checkpoint_dir: str | None = None
     resume: bool = False
     verify_data: bool = False
@@ -50,6 +51,11 @@ class TrainConfig:
     fail_rank: int | None = None        # testing: make this rank fail ...
     fail_mode: str = "raise"            # ... by raising, SIGKILL, hanging, or NaN inputs
     fail_epoch: int = 0
+
+    @property
+    def uses_degree_input(self) -> bool:
+        """Whether log(1 + in-degree) is appended to the input features."""
+        return self.task == "link" if self.degree_input is None else self.degree_input
 
     def check(self, num_parts: int, world_size: int) -> None:
         """Raise ValueError naming the option that cannot work (one line)."""

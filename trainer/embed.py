@@ -28,10 +28,8 @@ import sys
 import click
 
 from formats.console import show_progress
-from formats.errors import FormatError
-from formats.partitioned import load_partitioned
 
-from .cli import OneLineErrors, _setup_logging
+from .cli import OneLineErrors, start_command
 
 log = logging.getLogger("trainer")
 
@@ -64,12 +62,7 @@ def main(graph, checkpoint, out, batch_size, device, rpc_timeout, threads, progr
       python -m trainer embed --graph parts/graph.json --checkpoint checkpoints/cora \\
           --out embeddings/cora
     """
-    rank = os.environ.get("RANK")
-    _setup_logging(rank, verbose)
-    try:
-        meta = load_partitioned(graph)
-    except FormatError as err:
-        raise click.ClickException(str(err)) from None
+    rank, meta = start_command(graph, verbose)
     if os.path.isdir(checkpoint):
         checkpoint = os.path.join(checkpoint, "best.pt")
     if not os.path.isfile(checkpoint):
@@ -164,7 +157,8 @@ def layerwise(rank, encoder, batch_size: int, progress: bool) -> list[str]:
                 rows = []
                 for j, batch in enumerate(torch.split(ids, batch_size)):
                     (block,) = sampler.sample_blocks({t: batch}, seed=j)
-                    x = fetcher.fetch(name, block.src_nodes)
+                    x = fetcher.inputs(block.src_nodes) if i == 0 else \
+                        fetcher.fetch(name, block.src_nodes)
                     h = encoder.layer(i, block.to(rank.device),
                                       {k: v.to(rank.device) for k, v in x.items()})
                     rows.append(h[t].float().cpu())

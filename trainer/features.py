@@ -15,6 +15,25 @@ from .service import PartServer, Transport
 from .timing import Breakdown
 
 
+LOG_DEGREE = "__log_degree"     # node data added at load by add_log_degree
+
+
+def add_log_degree(part: LocalPart) -> None:
+    """Register node data ``LOG_DEGREE`` in ``part``: ``log(1 + in-degree)`` of each owned
+    node over every edge type of the part's CSC as served (float32 ``[n, 1]``; for link
+    prediction the training graph, so held-out edges do not leak). Mean aggregation is blind
+    to degree, and on power-law graphs the degrees of an edge's ends say much about whether
+    it exists. Every rank registers it, so remote rows come through the usual requests."""
+    for t in part.graph.node_types:
+        degree = torch.zeros(len(part.orig_ids[t]))
+        for et, csc in part.csc.items():
+            if et.dst == t:
+                degree += (csc.indptr[1:] - csc.indptr[:-1]).cpu().float()
+        part.node_data[t][LOG_DEGREE] = torch.log1p(degree).unsqueeze(1)
+        part.graph.node_feats.setdefault(t, {})[LOG_DEGREE] = {"dtype": "float32",
+                                                               "shape": [1]}
+
+
 class HaloCache:
     """Rows of one data array for the halo nodes this part's edges reference most, fetched
     once: ``ids[t]`` sorted new IDs, ``rows[t]`` their rows. Holds at most its byte budget."""
@@ -70,8 +89,10 @@ class FeatureFetcher:
     heterogeneous graphs)."""
 
     def __init__(self, part: LocalPart, server: PartServer, transport: Transport,
-                 breakdown: Breakdown | None = None, cache: HaloCache | None = None):
+                 breakdown: Breakdown | None = None, cache: HaloCache | None = None,
+                 extra_inputs: tuple[str, ...] = ()):
         self.part, self.p, self.num_parts = part, part.p, part.graph.num_parts
+        self.extra_inputs = extra_inputs
         self.meta = part.graph.node_feats
         self.server, self.transport = server, transport
         self.book = PartitionBook(part.graph)
@@ -82,6 +103,21 @@ class FeatureFetcher:
         """Row width of ``name`` for ``ntype`` (1 for a type without it)."""
         spec = self.meta.get(ntype, {}).get(name)
         return int(torch.tensor(spec["shape"]).prod()) if spec else 1
+
+    def input_dim(self, ntype: str, name: str = "feat") -> int:
+        """Width of the model input of ``ntype``: ``name`` and the extra input columns."""
+        return self.dim(ntype, name) + sum(self.dim(ntype, e) for e in self.extra_inputs)
+
+    def inputs(self, nodes: dict[str, torch.Tensor], name: str = "feat"
+               ) -> dict[str, torch.Tensor]:
+        """Model inputs of ``nodes``: rows of ``name`` with the ``extra_inputs`` columns
+        appended (float32), in the given order, on CPU."""
+        x = self.fetch(name, nodes)
+        if not self.extra_inputs:
+            return x
+        extra = [self.fetch(e, nodes) for e in self.extra_inputs]
+        return {t: torch.cat([x[t].float().flatten(1), *(e[t].float() for e in extra)], 1)
+                for t in x}
 
     def fetch(self, name: str, nodes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Rows of ``name`` for ``nodes`` (per-type new IDs), in the given order, on CPU."""

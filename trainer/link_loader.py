@@ -88,5 +88,5 @@ class LinkLoader(NodeLoader):
                                             exclude=exclusion_keys(self.part, et, src, dst))
         b = len(src)
         out = LinkBatch(et, blocks, (src_pos[:b], dst_pos[:b]), (src_pos[b:], dst_pos[b:]))
-        out.x = self.fetcher.fetch(self.feature, out.input_nodes)
+        out.x = self.fetcher.inputs(out.input_nodes, self.feature)
         return out

@@ -47,7 +47,7 @@ class NodeLoader:
     def batch(self, epoch: int, i: int, seeds: torch.Tensor) -> MiniBatch:
         """Sample and fetch one batch (runs on the background thread)."""
         mb = self.sampler.sample(self.ntype, seeds, mix_seed(self.seed, epoch, self.rank, i))
-        mb.x = self.fetcher.fetch(self.feature, mb.input_nodes)
+        mb.x = self.fetcher.inputs(mb.input_nodes, self.feature)
         if self.label:
             mb.y = self.fetcher.fetch(self.label, {self.ntype: seeds})[self.ntype]
         return mb

@@ -1,9 +1,11 @@
-"""One rank of distributed node classification: serve its part, train with DDP, evaluate.
+"""One rank of distributed training: serve its part, train with DDP, evaluate.
 
 A rank serves part ``rank // ranks_per_part``. Per epoch: the loader samples and fetches ahead,
 the model trains under DDP ``Join`` (ranks with fewer batches shadow the others' all-reduces, so
-nothing is dropped and nothing hangs), then val/test accuracy is computed exactly (correct and
-total counts summed over ranks). Rank 0 logs, writes metrics and the checkpoint.
+nothing is dropped and nothing hangs), then the task evaluates exactly over all ranks. Rank 0
+logs, writes metrics and the checkpoints. The epoch loop is shared; what a task trains on and
+how it scores is its own: :class:`NodeTask` here (cross-entropy, accuracy from correct and
+total counts summed over ranks), :class:`trainer.link_train.LinkTask` for ``--task link``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from .checkpoint import CheckpointInfo, load_checkpoint, save_checkpoint
 from .config import PLACEMENTS, TrainConfig, target_etype, target_type  # noqa: F401
 from .link_data import without_held_out
 from .dist_sampler import DistNeighborSampler, mix_seed
-from .features import FeatureFetcher, HaloCache
+from .features import LOG_DEGREE, FeatureFetcher, HaloCache, add_log_degree
 from .loader import NodeLoader, rank_seeds
 from .model import GraphSAGE, LinkModel
 from .scorer import make_scorer
@@ -56,6 +58,7 @@ class Rank:
     device: torch.device
     ntype: str                 # node task: the type classified; link: the target's dst type
     cache: HaloCache | None = None
+    extra_inputs: tuple[str, ...] = ()     # node data appended to the features (degree)
 
     @property
     def local_index(self) -> int:
@@ -86,7 +89,8 @@ class Rank:
         sampler = DistNeighborSampler(self.part, self.server, self.transport, fanouts,
                                       "cuda" if self.cfg.placement == "cuda" else "cpu",
                                       breakdown)
-        fetcher = FeatureFetcher(self.part, self.server, self.transport, breakdown, self.cache)
+        fetcher = FeatureFetcher(self.part, self.server, self.transport, breakdown, self.cache,
+                                 self.extra_inputs)
         return sampler, fetcher
 
 
@@ -104,6 +108,8 @@ def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
     part = LocalPart.load(cfg.graph, p)
     if cfg.task == "link":
         part = without_held_out(part)     # held-out edges never carry messages
+    if cfg.uses_degree_input:
+        add_log_degree(part)
     server = PartServer(part.place(cfg.placement))
     serve(server)  # before joining: no request can find this rank without a server
     rendezvous.start(env, "nccl" if device.type == "cuda" else "gloo", cfg.rpc_timeout)
@@ -119,17 +125,18 @@ def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
                  {t: len(v) for t, v in cache.ids.items()}, cache.nbytes / 2**20,
                  time.perf_counter() - start)
         transport.take_counters()  # epochs count their own traffic
-    return Rank(cfg, env, server.part, server, transport, Breakdown(), device, ntype, cache)
+    return Rank(cfg, env, server.part, server, transport, Breakdown(), device, ntype, cache,
+                (LOG_DEGREE,) if cfg.uses_degree_input else ())
 
 
 def build_model(rank: Rank):
     """The model (same initial weights on every rank), its DDP wrapper and Adam: GraphSAGE
     with class logits (node task), or GraphSAGE embeddings and a scorer (link task)."""
     cfg, graph = rank.cfg, rank.part.graph
-    fetcher = FeatureFetcher(rank.part, rank.server, rank.transport)
+    _, fetcher = rank.sampling(cfg.fanouts, timed=False)
     out_dim = cfg.hidden if cfg.task == "link" else _num_classes(rank.part, rank.ntype)
     torch.manual_seed(cfg.seed)
-    model = GraphSAGE({t: fetcher.dim(t, "feat") for t in graph.node_types}, cfg.hidden,
+    model = GraphSAGE({t: fetcher.input_dim(t) for t in graph.node_types}, cfg.hidden,
                       out_dim, list(graph.edge_types), len(cfg.fanouts), cfg.dropout)
     if cfg.task == "link":
         model = LinkModel(model, make_scorer(cfg.scorer, cfg.hidden))

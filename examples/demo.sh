@@ -38,6 +38,16 @@ echo "== Cora: partition (METIS, 2 parts) -> dispatch -> train GraphSAGE on 2 ra
   --batch-size 32 --lr 0.01 --epochs 12 --checkpoint-dir "$OUT/checkpoints/cora" \
   --metrics-out "$OUT/cora-train.json"
 
+echo "== Cora link prediction: split-edges -> METIS -> dispatch -> train (2 ranks) -> embed"
+"$PREP" split-edges "$OUT/cora" "$OUT/cora-split" --etype _N:_E:_N --val 0.05 --test 0.1
+"$PREP" partition "$OUT/cora-split" "$OUT/cora-split-metis" -p 2 --method metis
+"$PREP" dispatch "$OUT/cora-split" "$OUT/cora-split-metis" "$OUT/cora-link-partitioned"
+"$PYTHON" -m trainer --graph "$OUT/cora-link-partitioned/graph.json" --task link \
+  --fanouts 10,10 --batch-size 256 --lr 0.01 --hidden 64 --epochs 15 \
+  --checkpoint-dir "$OUT/checkpoints/cora-link" --metrics-out "$OUT/cora-link.json"
+"$PYTHON" -m trainer embed --graph "$OUT/cora-link-partitioned/graph.json" \
+  --checkpoint "$OUT/checkpoints/cora-link" --out "$OUT/cora-embeddings"
+
 echo "== train GraphSAGE on the 4 synth parts just made (4 ranks: RPC sampling + DDP)"
 "$PYTHON" -m trainer --graph "$OUT/partitioned/graph.json" --fanouts 10,5 --epochs 3 \
   --checkpoint-dir "$OUT/checkpoints/synth" --metrics-out "$OUT/synth-train.json"

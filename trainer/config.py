@@ -125,13 +125,19 @@ def target_type(graph, wanted: str | None) -> str:
     return labeled[0]
 
 
+def masked_etypes(graph) -> list:
+    """Edge types carrying all of train/val/test masks (``prep split-edges``' target type and
+    its twins), in ``graph.edge_types`` order."""
+    return [et for et in graph.edge_types
+            if set(LINK_MASKS) <= set(graph.edge_feats.get(et, {}))]
+
+
 def target_etype(graph, wanted: str | None):
     """The edge type to predict links of: ``wanted`` (``src:rel:dst``, or a relation name that
     is unique), else the one type whose edges carry train/val/test masks and whose twin, if
     any, is not it (``prep split-edges`` marks a type and its reverse). Raises ValueError
     naming the candidates."""
-    masked = [et for et in graph.edge_types
-              if set(LINK_MASKS) <= set(graph.edge_feats.get(et, {}))]
+    masked = masked_etypes(graph)
     if wanted:
         named = [et for et in masked if wanted in (str(et), et.rel)]
         if len(named) != 1:

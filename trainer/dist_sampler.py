@@ -140,6 +140,7 @@ class DistNeighborSampler:
             raise ValueError(f"dedup must be 'stamp' or 'unique', got {dedup!r}")
         self.p = part.p
         self.num_parts = part.graph.num_parts
+        self.num_nodes = part.graph.num_nodes
         self.etypes = {str(et): et for et in part.graph.edge_types}
         self.server, self.transport = server, transport
         self.fanouts = list(fanouts)
@@ -159,25 +160,41 @@ class DistNeighborSampler:
                       exclude: dict[str, torch.Tensor] | None = None) -> list[Block]:
         """Blocks, input layer first, whose last destinations are ``seeds`` (unique per-type
         new IDs of one or more types, in the given order). ``exclude``: edges no hop may
-        return, as :class:`SampleRequest` describes (sent to every owner)."""
+        return, as :class:`SampleRequest` describes; each owner gets only those whose
+        destination it owns (the only ones it could sample)."""
         nodes = {t: ids.to(self.device) for t, ids in seeds.items()}
+        by_owner = self.exclusions_by_owner(exclude) if exclude else None
         blocks: list[Block] = []
         for hop, fanout in enumerate(self.fanouts):
-            edges = self.sample_hop(nodes, fanout, mix_seed(seed, hop), exclude)
+            edges = self.sample_hop(nodes, fanout, mix_seed(seed, hop), by_owner)
             block = self.relabeler(nodes, edges) if self.relabeler is not None else \
                 relabel_unique(nodes, edges)
             blocks.insert(0, block)
             nodes = block.src_nodes
         return blocks
 
+    def exclusions_by_owner(self, exclude: dict[str, torch.Tensor]
+                            ) -> list[dict[str, torch.Tensor] | None]:
+        """``exclude`` keys (``src * num_nodes[dst type] + dst``, ascending) split by the
+        owner of their destination; still ascending. ``None`` for an owner without any."""
+        out: list[dict[str, torch.Tensor]] = [{} for _ in range(self.num_parts)]
+        for key, keys in exclude.items():
+            et = self.etypes[key]
+            keys = keys.to(self.device)
+            owner = self.book.owner(et.dst, keys % self.num_nodes[et.dst])
+            for q in torch.unique(owner).tolist():
+                out[q][key] = keys[owner == q]
+        return [o or None for o in out]
+
     def sample_hop(self, nodes: dict[str, torch.Tensor], fanout: int, seed: int,
-                   exclude: dict[str, torch.Tensor] | None = None
+                   exclude: list[dict[str, torch.Tensor] | None] | None = None
                    ) -> dict[EdgeType, tuple[torch.Tensor, torch.Tensor]]:
         """In-edges sampled for every frontier node: per edge type, (position of the destination
-        in ``nodes[dst type]``, source new ID)."""
+        in ``nodes[dst type]``, source new ID). ``exclude``: per owner part, the edges it must
+        not return (:meth:`exclusions_by_owner`)."""
         by_owner = self._split(self.book, nodes, self.num_parts)
         requests = {q: SampleRequest({t: _take(nodes[t], pos) for t, pos in where.items()},
-                                     fanout, mix_seed(seed, q), exclude)
+                                     fanout, mix_seed(seed, q), exclude and exclude[q])
                     for q, where in enumerate(by_owner) if where}
         remote = {q: self.transport.call(q, "sample", _to_cpu(req))
                   for q, req in requests.items() if q != self.p}

@@ -109,7 +109,7 @@ def run_embed(graph: str, checkpoint: str, out: str, batch_size: int, device: st
     files = _files(rank, cfg.task, embedding, final)
     if env.rank == 0:
         shutil.rmtree(partial, ignore_errors=True)
-        _create(rank, partial, files)
+        _create(partial, files)
     dist.barrier()
     _write_rows(rank, partial, files)
     metrics = _metrics(rank, cfg, model, final)
@@ -190,7 +190,7 @@ def _files(rank, task: str, embedding: str, final: str) -> dict:
     return files
 
 
-def _create(rank, folder: str, files: dict) -> None:
+def _create(folder: str, files: dict) -> None:
     import numpy as np
     for (t, name), (_, shape, dtype) in files.items():
         os.makedirs(os.path.join(folder, t), exist_ok=True)
@@ -213,7 +213,8 @@ def _write_rows(rank, folder: str, files: dict) -> None:
 def _metrics(rank, cfg, model, final: str) -> dict:
     """The task's validation/test metrics of the full-neighbor outputs (exact over ranks)."""
     import torch
-    import torch.distributed as dist
+
+    from .train import exact_accuracy
     part = rank.server.part
     if cfg.task == "link":
         from .link_train import LinkTask
@@ -227,13 +228,9 @@ def _metrics(rank, cfg, model, final: str) -> dict:
             return out
         return LinkTask(rank).evaluate(model, embeddings)
     t = rank.ntype
-    pred = part.node_data[t][final].argmax(1)
-    label = part.node_data[t]["label"].long()
-    counts = torch.tensor([float(((pred == label) & part.node_data[t][f"{m}_mask"].bool()).sum())
-                           for m in ("val", "test")] +
-                          [float(part.node_data[t][f"{m}_mask"].bool().sum())
-                           for m in ("val", "test")], dtype=torch.float64)
-    dist.all_reduce(counts)
-    val_c, test_c, val_n, test_n = counts.tolist()
-    return {"val_acc": val_c / max(val_n, 1), "test_acc": test_c / max(test_n, 1),
-            "val_nodes": int(val_n), "test_nodes": int(test_n)}
+    correct = part.node_data[t][final].argmax(1) == part.node_data[t]["label"].long()
+    counts = []
+    for m in ("val", "test"):
+        mask = part.node_data[t][f"{m}_mask"].bool()
+        counts += [float((correct & mask).sum()), float(mask.sum())]
+    return exact_accuracy(counts)

@@ -16,7 +16,7 @@ import torch
 
 from formats import EdgeType
 
-from .config import LINK_MASKS
+from .config import LINK_MASKS, masked_etypes
 from .negatives import edge_keys
 from .partition import LocalPart
 
@@ -50,15 +50,9 @@ def split_edges(part: LocalPart, etype: EdgeType) -> dict[str, LinkEdges]:
     return out
 
 
-def masked_types(part: LocalPart) -> list[EdgeType]:
-    """Edge types carrying all three masks: the target type and its twins."""
-    return [et for et in part.graph.edge_types
-            if set(LINK_MASKS) <= set(part.graph.edge_feats.get(et, {}))]
-
-
 def twins(part: LocalPart, etype: EdgeType) -> list[EdgeType]:
     """Masked types running the other way (``dst -> src`` of ``etype``), other than itself."""
-    return [et for et in masked_types(part)
+    return [et for et in masked_etypes(part.graph)
             if et != etype and et.src == etype.dst and et.dst == etype.src]
 
 
@@ -66,7 +60,7 @@ def without_held_out(part: LocalPart) -> LocalPart:
     """``part`` whose CSC lacks every validation and test edge of every masked type: message
     passing in training and evaluation sees training edges only (and all other types)."""
     drop = {et: part.edge_data(et, "val_mask").bool() | part.edge_data(et, "test_mask").bool()
-            for et in masked_types(part)}
+            for et in masked_etypes(part.graph)}
     return part.without_edges(drop)
 
 

@@ -226,19 +226,24 @@ class NodeTask:
 
     def evaluate(self, model) -> dict:
         """Exact validation and test accuracy over all ranks' nodes."""
-        counts = torch.tensor([c for ld in self.eval_loaders.values()
-                               for c in _evaluate(model, ld, self.rank.device)],
-                              dtype=torch.float64)
-        dist.all_reduce(counts)
-        val_c, val_n, test_c, test_n = counts.tolist()
-        return {"val_acc": val_c / val_n if val_n else math.nan,
-                "test_acc": test_c / test_n if test_n else math.nan,
-                "val_nodes": int(val_n), "test_nodes": int(test_n)}
+        return exact_accuracy([c for ld in self.eval_loaders.values()
+                               for c in _evaluate(model, ld, self.rank.device)])
 
     @staticmethod
     def describe(record: dict) -> str:
         return (f"loss {record['loss']:.4f} train {record['train_acc']:.4f} val "
                 f"{record['val_acc']:.4f} test {record['test_acc']:.4f}")
+
+
+def exact_accuracy(counts: list[float]) -> dict:
+    """Validation and test accuracy from this rank's ``[val correct, val total, test correct,
+    test total]``, summed over all ranks (NaN where a split is empty)."""
+    total = torch.tensor(counts, dtype=torch.float64)
+    dist.all_reduce(total)
+    val_c, val_n, test_c, test_n = total.tolist()
+    return {"val_acc": val_c / val_n if val_n else math.nan,
+            "test_acc": test_c / test_n if test_n else math.nan,
+            "val_nodes": int(val_n), "test_nodes": int(test_n)}
 
 
 def _num_classes(part: LocalPart, ntype: str) -> int:

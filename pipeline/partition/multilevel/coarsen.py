@@ -25,13 +25,12 @@ for any worker count and range size. Hubs heavier than the cap stay singletons.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from formats.output import save_npy
-
 from ...arrayops import mix
+from .buckets import Span, read_spans, spans_into, write_bucketed
 from .layout import Level, best_per_row, new_array, sum_by_key, write_rows
 
 FIXED = 5            # proposal columns before the weights: node, target, gain, tie, old label
@@ -53,6 +52,11 @@ class RoundFiles:
         level): later rounds propose elsewhere instead of queueing at a nearly full cluster."""
         return os.path.join(self.folder, "saturated.npy")
 
+    def increase(self) -> str:
+        """Per cluster, the weight accepted into it this round (``[n, ncon]``; accept writes
+        it, apply adds it)."""
+        return os.path.join(self.folder, "increase.npy")
+
 
 @dataclass(frozen=True)
 class RoundTask:
@@ -61,11 +65,18 @@ class RoundTask:
     files: RoundFiles
     seed: int
     caps: tuple[float, ...]
+    inbox: tuple[Span, ...] = ()       # accept: the proposals into range r
+    moves: tuple[Span, ...] = ()       # apply: accepted moves of range r's nodes
+    drops: tuple[Span, ...] = ()       # apply: weight leaving range r's clusters
 
 
-def propose(task: RoundTask) -> int:
-    """Proposals of range ``r`` -> ``t###.p#####.npy`` (+ ``.off``: target-range offsets).
-    Holds the range's CSR and a few arrays per entry. Returns the number of proposals."""
+def _bounds(lv: Level) -> np.ndarray:
+    return np.arange(lv.num_ranges + 1, dtype=np.int64) * lv.range_size
+
+
+def propose(task: RoundTask) -> np.ndarray:
+    """Proposals of range ``r`` -> ``t###.p#####.bin``, sorted by target. Holds the range's
+    CSR and a few arrays per entry. Returns the offsets of each target range's proposals."""
     lv, r, f = task.level, task.r, task.files
     start, stop = lv.bounds(r)
     n = lv.num_nodes
@@ -78,8 +89,14 @@ def propose(task: RoundTask) -> int:
     movers = (mix(task.seed, f.round, 1, np.arange(start, stop)) & np.uint64(1)) == 1
     rows = csr.rows()
     take = movers[rows]
-    keys, conn = sum_by_key(rows[take] * n + np.asarray(labels[csr.adj[take]]), csr.wgt[take])
-    row, cl = keys // n, keys % n
+    if f.round == 0:
+        # Every cluster a singleton: the CSR's (row, neighbour) entries are already sorted
+        # and distinct by (row, cluster), so neither the label gather nor the sort is needed.
+        row, cl, conn = rows[take], csr.adj[take].astype(np.int64), csr.wgt[take]
+    else:
+        keys, conn = sum_by_key(rows[take] * n + np.asarray(labels[csr.adj[take]]),
+                                csr.wgt[take])
+        row, cl = keys // n, keys % n
     mine = cl == own[row]
     self_conn = np.zeros(stop - start, dtype=np.int64)
     self_conn[row[mine]] = conn[mine]
@@ -101,28 +118,18 @@ def propose(task: RoundTask) -> int:
     table[:, 2], table[:, 3] = conn[pick] - self_conn[row], tie
     table[:, 4], table[:, FIXED:] = own[row], vw[row]
     table = table[np.argsort(cl, kind="stable")]
-    bounds = np.arange(lv.num_ranges + 1, dtype=np.int64) * lv.range_size
-    save_npy(f.scratch(f"p{r:05d}.npy"), table)
-    save_npy(f.scratch(f"p{r:05d}.off.npy"), np.searchsorted(table[:, 1], bounds))
-    return len(table)
+    return write_bucketed(f.scratch(f"p{r:05d}.bin"), table, table[:, 1], _bounds(lv))
 
 
-def _slices(paths: list[str], s: int) -> np.ndarray:
-    parts = []
-    for p in paths:
-        off = np.load(p[:-4] + ".off.npy")
-        parts.append(np.asarray(np.load(p, mmap_mode="r")[off[s]:off[s + 1]]))
-    return np.concatenate(parts)
-
-
-def accept(task: RoundTask) -> int:
+def accept(task: RoundTask) -> tuple[int, np.ndarray, np.ndarray]:
     """Accept proposals into the clusters of range ``s = task.r`` within the caps; writes the
-    accepted moves by node range and by old-label range, and the dense weight increases of
-    the range. Holds the proposals into this range. Returns accepted moves."""
+    accepted moves by node range (``a#####.bin``) and by old-label range (``d#####.bin``),
+    and the dense weight increases of the range. Holds the proposals into this range.
+    Returns (accepted moves, offsets of the ``a`` file, offsets of the ``d`` file)."""
     lv, s, f = task.level, task.r, task.files
     start, stop = lv.bounds(s)
     cw = np.load(f.state("cw", False), mmap_mode="r")
-    props = _slices([f.scratch(f"p{r:05d}.npy") for r in range(lv.num_ranges)], s)
+    props = read_spans(task.inbox, FIXED + lv.ncon)
     props = props[np.lexsort((props[:, 0], props[:, 3], -props[:, 2], props[:, 1]))]
     w = props[:, FIXED:]
     first = np.ones(len(props), dtype=bool)
@@ -138,18 +145,15 @@ def accept(task: RoundTask) -> int:
         saturated = np.array(np.load(f.saturated(), mmap_mode="r")[start:stop])
         saturated[turned_away - start] = 1
         write_rows(f.saturated(), start, saturated)
-    bounds = np.arange(lv.num_ranges + 1, dtype=np.int64) * lv.range_size
     bynode = moves[np.argsort(moves[:, 0], kind="stable")][:, :2]
-    save_npy(f.scratch(f"a{s:05d}.npy"), bynode)
-    save_npy(f.scratch(f"a{s:05d}.off.npy"), np.searchsorted(bynode[:, 0], bounds))
+    a_off = write_bucketed(f.scratch(f"a{s:05d}.bin"), bynode, bynode[:, 0], _bounds(lv))
     byold = moves[np.argsort(moves[:, 4], kind="stable")][:, [4] + list(range(FIXED, FIXED +
                                                                               lv.ncon))]
-    save_npy(f.scratch(f"d{s:05d}.npy"), byold)
-    save_npy(f.scratch(f"d{s:05d}.off.npy"), np.searchsorted(byold[:, 0], bounds))
+    d_off = write_bucketed(f.scratch(f"d{s:05d}.bin"), byold, byold[:, 0], _bounds(lv))
     inc = np.zeros((stop - start, lv.ncon), dtype=np.int64)
     np.add.at(inc, moves[:, 1] - start, moves[:, FIXED:])
-    save_npy(f.scratch(f"i{s:05d}.npy"), inc)
-    return len(moves)
+    write_rows(f.increase(), start, inc)
+    return len(moves), a_off, d_off
 
 
 def apply(task: RoundTask) -> None:
@@ -158,10 +162,10 @@ def apply(task: RoundTask) -> None:
     start, stop = lv.bounds(r)
     labels = np.array(np.load(f.state("labels", False), mmap_mode="r")[start:stop])
     cw = np.array(np.load(f.state("cw", False), mmap_mode="r")[start:stop])
-    moves = _slices([f.scratch(f"a{s:05d}.npy") for s in range(lv.num_ranges)], r)
+    moves = read_spans(task.moves, 2)
     labels[moves[:, 0] - start] = moves[:, 1]
-    cw += np.load(f.scratch(f"i{r:05d}.npy"))
-    dec = _slices([f.scratch(f"d{s:05d}.npy") for s in range(lv.num_ranges)], r)
+    cw += np.asarray(np.load(f.increase(), mmap_mode="r")[start:stop])
+    dec = read_spans(task.drops, 1 + lv.ncon)
     np.subtract.at(cw, dec[:, 0] - start, dec[:, 1:])
     write_rows(f.state("labels", True), start, labels)
     write_rows(f.state("cw", True), start, cw)
@@ -193,6 +197,7 @@ def cluster(level: Level, seed: int, caps: np.ndarray, runner, max_rounds: int =
         new_array(os.path.join(folder, f"labels_{b}.npy"), (level.num_nodes,))
         new_array(os.path.join(folder, f"cw_{b}.npy"), (level.num_nodes, level.ncon))
     new_array(RoundFiles(folder, 0).saturated(), (level.num_nodes,), np.int8)
+    new_array(RoundFiles(folder, 0).increase(), (level.num_nodes, level.ncon))
     ranges = range(level.num_ranges)
     runner(init_range, [InitTask(level, r, RoundFiles(folder, 0)) for r in ranges],
            "multilevel: coarsen init")
@@ -201,9 +206,16 @@ def cluster(level: Level, seed: int, caps: np.ndarray, runner, max_rounds: int =
     for t in range(max_rounds):
         files = RoundFiles(folder, t)
         tasks = [RoundTask(level, r, files, seed, caps_t) for r in ranges]
-        runner(propose, tasks, "multilevel: coarsen propose")
-        moved = sum(runner(accept, tasks, "multilevel: coarsen accept"))
-        runner(apply, tasks, "multilevel: coarsen apply")
+        offsets = runner(propose, tasks, "multilevel: coarsen propose")
+        inbox = [files.scratch(f"p{r:05d}.bin") for r in ranges]
+        accepted = runner(accept, [replace(x, inbox=spans_into(inbox, offsets, x.r))
+                                   for x in tasks], "multilevel: coarsen accept")
+        moved = sum(a[0] for a in accepted)
+        by_node = [files.scratch(f"a{s:05d}.bin") for s in ranges]
+        by_old = [files.scratch(f"d{s:05d}.bin") for s in ranges]
+        runner(apply, [replace(x, moves=spans_into(by_node, [a[1] for a in accepted], x.r),
+                               drops=spans_into(by_old, [a[2] for a in accepted], x.r))
+                       for x in tasks], "multilevel: coarsen apply")
         for name in os.listdir(folder):
             if name.startswith(f"t{t:03d}."):
                 os.remove(os.path.join(folder, name))

@@ -3,10 +3,10 @@
 Coarse IDs are the ranks of the non-empty clusters (so they follow the label order and do not
 depend on the range size). Passes, one task per range: count non-empty clusters; write the
 cluster -> coarse map (``cmap.npy``) and the coarse vertex weights (a contiguous slice, since
-the map is monotone); map the range's edges to coarse endpoints, drop self-loops, sum
-duplicate weights and bucket them by coarse range (also writing ``f2c.npy``, fine -> coarse,
-for uncoarsening); merge each coarse range's buckets into its CSR. A task holds one range's
-CSR or one coarse range's incoming entries.
+the map is monotone); write ``f2c.npy`` (fine -> coarse, also kept for uncoarsening); map the
+range's edges to coarse endpoints (one gather from ``f2c``), drop self-loops, sum duplicate
+weights and bucket them by coarse range; merge each coarse range's buckets into its CSR. A
+task holds one range's CSR or one coarse range's incoming entries.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats.output import save_npy
-
+from .buckets import Span, read_spans, spans_into, write_bucketed
 from .layout import Level, narrowest, new_array, sum_by_key, write_csr, write_rows
 
 
@@ -55,46 +54,50 @@ def write_map(task: ContractTask) -> None:
     vw.flush()
 
 
-def bucket_edges(task: ContractTask) -> None:
-    """Coarse entries of range ``r``, summed, sorted, with coarse-range offsets; ``f2c`` rows."""
+def write_f2c(task: ContractTask) -> None:
+    """``f2c`` rows of range ``r``: the coarse node of each fine node."""
+    start, stop = task.fine.bounds(task.r)
+    labels = np.asarray(np.load(task.labels, mmap_mode="r")[start:stop])
+    write_rows(task.fine.path("f2c.npy"), start,
+               np.asarray(np.load(task.fine.path("cmap.npy"), mmap_mode="r")[labels]))
+
+
+def _bucket_path(fine: Level, r: int, what: str) -> str:
+    return fine.path(f"contract/b{r:05d}.{what}.bin")
+
+
+def bucket_edges(task: ContractTask) -> tuple[np.ndarray, str]:
+    """Coarse entries of range ``r``, summed, sorted by key ``cu * nc + cv``, into two raw
+    files (keys, weights); returns the coarse-range offsets and the weights' dtype."""
     fine, coarse = task.fine, task.coarse
     start, stop = fine.bounds(task.r)
-    labels = np.load(task.labels, mmap_mode="r")
-    cmap = np.load(fine.path("cmap.npy"), mmap_mode="r")
-    f2c = np.asarray(cmap[np.asarray(labels[start:stop])])
-    write_rows(fine.path("f2c.npy"), start, f2c)
+    f2c = np.load(fine.path("f2c.npy"), mmap_mode="r")
     csr = fine.read_csr(task.r)
-    cu = f2c[csr.rows()]
-    cv = np.asarray(cmap[np.asarray(labels[csr.adj])])
+    cu = np.asarray(f2c[start:stop])[csr.rows()]
+    cv = np.asarray(f2c[csr.adj])
     keep = cu != cv
     nc = coarse.num_nodes
     keys, wgt = sum_by_key(cu[keep] * nc + cv[keep], csr.wgt[keep])
     bounds = np.minimum(np.arange(coarse.num_ranges + 1, dtype=np.int64) * coarse.range_size,
                         nc) * nc
-    target = fine.path(f"contract/b{task.r:05d}")
-    save_npy(target + ".keys.npy", keys)
-    save_npy(target + ".wgt.npy", wgt.astype(narrowest(wgt.max() + 1 if len(wgt) else 0)))
-    save_npy(target + ".off.npy", np.searchsorted(keys, bounds))
+    wgt = wgt.astype(narrowest(wgt.max() + 1 if len(wgt) else 0))
+    write_bucketed(_bucket_path(fine, task.r, "wgt"), wgt, keys, bounds)
+    return write_bucketed(_bucket_path(fine, task.r, "keys"), keys, keys, bounds), \
+        wgt.dtype.name
 
 
 @dataclass(frozen=True)
 class MergeTask:
-    fine: Level
     coarse: Level
     s: int
+    keys: tuple[Span, ...]
+    wgts: tuple[Span, ...]
 
 
 def merge_range(task: MergeTask) -> int:
-    """Coarse range ``s``'s CSR from every bucket file. Returns its stored entries."""
-    keys, wgts = [], []
-    for r in range(task.fine.num_ranges):
-        base = task.fine.path(f"contract/b{r:05d}")
-        off = np.load(base + ".off.npy")
-        keys.append(np.asarray(np.load(base + ".keys.npy", mmap_mode="r")[off[task.s]:
-                                                                          off[task.s + 1]]))
-        wgts.append(np.asarray(np.load(base + ".wgt.npy", mmap_mode="r")[off[task.s]:
-                                                                         off[task.s + 1]]))
-    keys, wgt = sum_by_key(np.concatenate(keys), np.concatenate(wgts).astype(np.int64))
+    """Coarse range ``s``'s CSR from its slices of every bucket file. Returns its stored
+    entries."""
+    keys, wgt = sum_by_key(read_spans(task.keys)[:, 0], read_spans(task.wgts)[:, 0])
     nc = task.coarse.num_nodes
     start, _ = task.coarse.bounds(task.s)
     write_csr(task.coarse, task.s, keys // nc - start, keys % nc, wgt)
@@ -129,9 +132,14 @@ def contract(fine: Level, labels: str, cw: str, folder: str, runner,
     new_array(fine.path("f2c.npy"), (fine.num_nodes,))
     tasks = [ContractTask(fine, r, labels, cw, coarse, int(offsets[r])) for r in ranges]
     runner(write_map, tasks, "multilevel: contract (map)")
+    runner(write_f2c, tasks, "multilevel: contract (f2c)")
     os.makedirs(fine.path("contract"), exist_ok=True)
-    runner(bucket_edges, tasks, "multilevel: contract (edges)")
-    entries = runner(merge_range, [MergeTask(fine, coarse, s)
+    buckets = runner(bucket_edges, tasks, "multilevel: contract (edges)")
+    offsets, dtypes = [b[0] for b in buckets], [b[1] for b in buckets]
+    keys = [_bucket_path(fine, r, "keys") for r in ranges]
+    wgts = [_bucket_path(fine, r, "wgt") for r in ranges]
+    entries = runner(merge_range, [MergeTask(coarse, s, spans_into(keys, offsets, s),
+                                             spans_into(wgts, offsets, s, dtypes))
                                    for s in range(coarse.num_ranges)], "multilevel: contract")
     shutil.rmtree(fine.path("contract"))
     shutil.rmtree(fine.path("coarsen"))

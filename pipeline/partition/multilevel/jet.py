@@ -20,6 +20,7 @@ files only: identical for any worker count or range size.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
@@ -28,6 +29,8 @@ import numpy as np
 from ...arrayops import mix
 from .layout import Level, best_per_row, new_array, write_rows
 from .refine import PartsTask, connections, part_loads, write_parts
+
+log = logging.getLogger(__name__)
 
 PRIORITY_SHIFT = 32
 
@@ -116,7 +119,7 @@ def remove_jet_files(files: JetFiles) -> None:
             os.remove(path)
 
 
-def jet_refine(refiner, parts: str, loads: np.ndarray, rounds: int = 12, patience: int = 3,
+def jet_refine(refiner, parts: str, loads: np.ndarray, rounds: int = 12, patience: int = 2,
                loss: float = 0.25) -> np.ndarray:
     """Jet rounds on ``parts`` (a ``Refiner``'s level) until ``patience`` rounds in a row
     bring no better balanced cut, or ``rounds``; leaves the best balanced state in ``parts``
@@ -134,6 +137,8 @@ def jet_refine(refiner, parts: str, loads: np.ndarray, rounds: int = 12, patienc
             cut, loads = sum(r[0] for r in res) // 2, sum(r[1] for r in res)
             current_is_best = not (loads > caps).any() and (best_cut is None or
                                                             cut < best_cut)
+            log.debug("jet: %d nodes, round %d: cut %d%s", lv.num_nodes, t, cut,
+                      "" if not (loads > caps).any() else " (over a cap)")
             if current_is_best:
                 stale = 0 if best_cut is None or cut < 0.999 * best_cut else stale + 1
                 best_cut, best_loads = cut, loads

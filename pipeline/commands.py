@@ -375,3 +375,30 @@ def inspect_cmd(path, as_json):
 
     info = describe(path)
     click.echo(render_json(info) if as_json else render_text(info))
+
+
+@prep.command()
+@click.argument("partitioned", type=click.Path(exists=True, file_okay=False),
+                callback=local_path)
+@click.argument("out", type=click.Path(file_okay=False), callback=local_path)
+@click.option("--to", "to", type=click.Choice(["pyg"]), required=True,
+              help="Target layout. pyg: torch_geometric.distributed.Partitioner's "
+                   "(OUT/<name>-partitions, loaded by LocalGraphStore/LocalFeatureStore"
+                   ".from_partition), with labels in OUT/<name>-label/label.pt and each "
+                   "part's train/val/test nodes in OUT/<name>-<split>-partitions/"
+                   "partition<i>.pt, as PyG's distributed examples read them. Needs torch "
+                   "on the workers (not torch_geometric).")
+@overwrite_option
+@cluster_options
+def export(partitioned, out, to, overwrite, cluster: ClusterOptions):
+    """Export PARTITIONED (the output of `prep dispatch`) to OUT in a peer library's
+    partition layout, one task per part. Parts stay as they are (every edge with the owner of
+    its destination); IDs are the original ones. A task holds one part's arrays; per-ID maps
+    (part of every node and edge, labels) are filled in memory-mapped scratch files."""
+    from pipeline.export import run_export
+
+    result = run_export(partitioned, out, to, cluster, overwrite)
+    if result is not None:
+        edges = sum(c["edges"] for c in result["parts"])
+        click.echo(f"{out}: {len(result['parts'])} parts, {edges:,} edges in {to} layout "
+                   f"({result['root']})")

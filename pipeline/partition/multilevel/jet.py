@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...arrayops import mix
-from .layout import Level, best_per_row, new_array, write_rows
+from .layout import Level, best_per_row, new_array, part_dtype, read_parts, write_rows
 from .refine import PartsTask, connections, part_loads, write_parts
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ PRIORITY_SHIFT = 32
 
 @dataclass(frozen=True)
 class JetFiles:
-    target: str          # [n] int64: candidate's target part, -1 for none
+    target: str          # [n] parts dtype: candidate's target part, -1 for none
     priority: str        # [n] int64: (gain + 2^31) << 32 | hash bits
 
 
@@ -74,12 +74,10 @@ def jet_apply(args: tuple[PartsTask, JetFiles]) -> tuple[np.ndarray, int]:
     task, files = args
     lv = task.level
     start, stop = lv.bounds(task.r)
-    parts = np.load(task.parts, mmap_mode="r")
-    own = np.asarray(parts[start:stop])
+    own = read_parts(task.parts, slice(start, stop))
     vw = np.asarray(lv.vwgt()[start:stop])
-    tmap = np.load(files.target, mmap_mode="r")
     pmap = np.load(files.priority, mmap_mode="r")
-    target = np.array(tmap[start:stop])
+    target = read_parts(files.target, slice(start, stop))
     if task.frozen:
         target[np.isin(own, np.asarray(task.frozen, dtype=np.int64))] = -1
     movers = np.flatnonzero(target >= 0)
@@ -93,8 +91,8 @@ def jet_apply(args: tuple[PartsTask, JetFiles]) -> tuple[np.ndarray, int]:
     local = np.repeat(np.arange(len(movers)), counts)
     idx = np.repeat(first - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
     nbr, w = csr.adj[idx], csr.wgt[idx]
-    nbr_part = np.asarray(parts[nbr])
-    nbr_target = np.asarray(tmap[nbr])
+    nbr_part = read_parts(task.parts, nbr)
+    nbr_target = read_parts(files.target, nbr)
     mine = np.asarray(pmap[start:stop])[movers][local]
     ahead = (nbr_target >= 0) & (np.asarray(pmap[nbr]) > mine)
     after = np.where(ahead, nbr_target, nbr_part)
@@ -106,9 +104,9 @@ def jet_apply(args: tuple[PartsTask, JetFiles]) -> tuple[np.ndarray, int]:
     return write_parts(task, own, vw, keep, target[keep])
 
 
-def new_jet_files(level: Level, parts: str) -> JetFiles:
+def new_jet_files(level: Level, parts: str, num_parts: int) -> JetFiles:
     files = JetFiles(parts[:-4] + ".jet_target.npy", parts[:-4] + ".jet_priority.npy")
-    new_array(files.target, (level.num_nodes,))
+    new_array(files.target, (level.num_nodes,), part_dtype(num_parts))
     new_array(files.priority, (level.num_nodes,))
     return files
 
@@ -126,7 +124,7 @@ def jet_refine(refiner, parts: str, loads: np.ndarray, rounds: int = 12, patienc
     and returns its loads. Holds ``[P, ncon]`` loads; the best state is a hard link, not a
     copy."""
     lv, caps = refiner.level, refiner.caps[None, :]
-    files = new_jet_files(lv, parts)
+    files = new_jet_files(lv, parts, refiner.num_parts)
     nxt, best = parts[:-4] + ".next.npy", parts[:-4] + ".best.npy"
     best_cut, best_loads, stale, current_is_best = None, loads, 0, False
     try:
@@ -149,7 +147,7 @@ def jet_refine(refiner, parts: str, loads: np.ndarray, rounds: int = 12, patienc
                 break
             counts = loads[:, :lv.count_cols].sum(axis=1)
             frozen = tuple(np.flatnonzero(sum(r[2] for r in res) >= counts).tolist())
-            new_array(nxt, (lv.num_nodes,))
+            new_array(nxt, (lv.num_nodes,), part_dtype(refiner.num_parts))
             loads, _ = refiner.swap(parts, nxt, refiner.runner(
                 jet_apply, [(x, files) for x in refiner.tasks(
                     parts=parts, target=nxt, round=t, seed=refiner.seed, frozen=frozen)],

@@ -34,7 +34,8 @@ import numpy as np
 from formats.output import save_npy
 
 from ...arrayops import mix
-from .layout import Level, best_per_row, new_array, sum_by_key, write_rows
+from .layout import (Level, best_per_row, new_array, part_dtype, read_parts, sum_by_key,
+                     write_rows)
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def project(task: PartsTask) -> np.ndarray:
     """``parts[r] = coarse parts[f2c[r]]``; returns the range's ``[P, ncon]`` loads."""
     start, stop = task.level.bounds(task.r)
     f2c = np.asarray(np.load(task.f2c, mmap_mode="r")[start:stop])
-    parts = np.asarray(np.load(task.source, mmap_mode="r")[f2c])
+    parts = read_parts(task.source, f2c)
     write_rows(task.parts, start, parts)
     return part_loads(parts, np.asarray(task.level.vwgt()[start:stop]), task.num_parts)
 
@@ -80,9 +81,8 @@ def connections(task: PartsTask):
     lv, k = task.level, task.num_parts
     start, stop = lv.bounds(task.r)
     csr = lv.read_csr(task.r)
-    parts = np.load(task.parts, mmap_mode="r")
-    own = np.asarray(parts[start:stop])
-    row, q, conn = connection_table(csr.rows(), np.asarray(parts[csr.adj]), csr.wgt,
+    own = read_parts(task.parts, slice(start, stop))
+    row, q, conn = connection_table(csr.rows(), read_parts(task.parts, csr.adj), csr.wgt,
                                     stop - start, k)
     mine = q == own[row]
     self_conn = np.zeros(stop - start, dtype=np.int64)
@@ -146,7 +146,7 @@ def refine_apply(task: PartsTask) -> tuple[np.ndarray, int]:
     """Apply the saved moves at or above each target's threshold, except out of the parts in
     ``task.frozen`` (they could be emptied); returns (loads, moves)."""
     start, stop = task.level.bounds(task.r)
-    own = np.asarray(np.load(task.parts, mmap_mode="r")[start:stop])
+    own = read_parts(task.parts, slice(start, stop))
     vw = np.asarray(task.level.vwgt()[start:stop])
     moves = np.load(_moves_path(task))
     os.remove(_moves_path(task))
@@ -283,7 +283,7 @@ class Refiner:
         return sum(r[0] for r in results), sum(r[1] for r in results)
 
     def project(self, coarse_parts: str, f2c: str, parts: str) -> np.ndarray:
-        new_array(parts, (self.level.num_nodes,))
+        new_array(parts, (self.level.num_nodes,), part_dtype(self.num_parts))
         return sum(self.runner(project, self.tasks(parts=parts, source=coarse_parts, f2c=f2c),
                                "multilevel: project"))
 
@@ -316,7 +316,7 @@ class Refiner:
         counts = loads[:, :self.level.count_cols].sum(axis=1)
         frozen = tuple(np.flatnonzero(sum(h[2] for h in hists) >= counts).tolist())
         accept = tuple(_thresholds(keys, weights, room).tolist())
-        new_array(nxt, (self.level.num_nodes,))
+        new_array(nxt, (self.level.num_nodes,), part_dtype(self.num_parts))
         return self.swap(parts, nxt, self.runner(refine_apply, self.tasks(
             parts=parts, target=nxt, round=t, seed=self.seed,
             room=tuple(map(tuple, room.tolist())), accept=accept, frozen=frozen),
@@ -334,7 +334,7 @@ class Refiner:
             accept = _balance_accept(keys, weights, loads, self.caps, self.num_parts)
             if len(accept) == 0:
                 break
-            new_array(nxt, (self.level.num_nodes,))
+            new_array(nxt, (self.level.num_nodes,), part_dtype(self.num_parts))
             loads, _ = self.swap(parts, nxt, self.runner(balance_apply, self.tasks(
                 parts=parts, target=nxt, seed=self.seed, room=room_t, caps=caps_t,
                 accept=tuple(accept.tolist())), "multilevel: balance apply"))
@@ -350,5 +350,5 @@ class Refiner:
 def range_loads(task: PartsTask) -> np.ndarray:
     """``[P, ncon]`` loads of range ``r``."""
     start, stop = task.level.bounds(task.r)
-    return part_loads(np.asarray(np.load(task.parts, mmap_mode="r")[start:stop]),
-                  np.asarray(task.level.vwgt()[start:stop]), task.num_parts)
+    return part_loads(read_parts(task.parts, slice(start, stop)),
+                      np.asarray(task.level.vwgt()[start:stop]), task.num_parts)

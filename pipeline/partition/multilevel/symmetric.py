@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from formats import ChunkedGraph, ChunkFiles, EdgeType
-from formats.output import save_npy
 from formats.validate import read_checked_edges
 
 from ...arrayops import unique_ints
 from ...convert.sources import DataField, open_field
 from ..metis_method import train_column, type_offsets
+from .buckets import Span, read_spans, spans_into, write_bucketed
 from .layout import Level, new_array, write_csr
 
 
@@ -42,30 +42,32 @@ class ChunkTask:
     with_in_degree: bool
 
 
-def bucket_chunk(task: ChunkTask) -> None:
-    """Writes ``target.keys.npy`` (sorted distinct keys) and ``target.koff.npy`` (range
-    offsets); with in-degree also ``target.dst.npy``/``target.doff.npy``. Holds the chunk."""
+def bucket_chunk(task: ChunkTask) -> tuple[np.ndarray, np.ndarray | None]:
+    """Writes ``target.keys.bin`` (sorted distinct keys) and, with in-degree,
+    ``target.dst.bin`` (sorted destinations). Holds the chunk. Returns both files' range
+    offsets (None for the second without in-degree)."""
     src, dst = read_checked_edges(task.path, task.files, rows=task.rows, num_src=task.num_src,
                                   num_dst=task.num_dst, etype=task.etype)
     src, dst = src + task.src_offset, dst + task.dst_offset
     lv, n = task.level, task.level.num_nodes
     bounds = np.arange(lv.num_ranges + 1, dtype=np.int64) * lv.range_size
+    dst_off = None
     if task.with_in_degree:
         dst_sorted = np.sort(dst)
-        save_npy(task.target + ".dst.npy", dst_sorted)
-        save_npy(task.target + ".doff.npy", np.searchsorted(dst_sorted, bounds))
+        dst_off = write_bucketed(task.target + ".dst.bin", dst_sorted, dst_sorted, bounds)
     keep = src != dst
     src, dst = src[keep], dst[keep]
     keys = unique_ints(np.concatenate([src * n + dst, dst * n + src]), inplace=True)
-    save_npy(task.target + ".keys.npy", keys)
-    save_npy(task.target + ".koff.npy", np.searchsorted(keys, np.minimum(bounds, n) * n))
+    return write_bucketed(task.target + ".keys.bin", keys, keys,
+                          np.minimum(bounds, n) * n), dst_off
 
 
 @dataclass(frozen=True)
 class RangeTask:
     level: Level
     r: int
-    sources: tuple[str, ...]
+    keys: tuple[Span, ...]                       # this range's slice of every chunk's keys
+    dsts: tuple[Span, ...]                       # ... and of its destinations (in-degree)
     type_spans: tuple[tuple[int, int], ...]      # (offset, count) per node type
     type_columns: bool                           # one count column per type (else ones)
     train: tuple[DataField | None, ...] | None   # per type: its train_mask (None: no train col)
@@ -78,16 +80,8 @@ def build_range(task: RangeTask) -> tuple[int, int]:
     lv, r = task.level, task.r
     start, stop = lv.bounds(r)
     n = lv.num_nodes
-    pieces, degree = [], np.zeros(stop - start, dtype=np.int64)
-    for s in task.sources:
-        off = np.load(s + ".koff.npy")
-        pieces.append(np.asarray(np.load(s + ".keys.npy", mmap_mode="r")[off[r]:off[r + 1]]))
-        if task.with_in_degree:
-            doff = np.load(s + ".doff.npy")
-            d = np.load(s + ".dst.npy", mmap_mode="r")[doff[r]:doff[r + 1]]
-            degree += np.bincount(np.asarray(d) - start, minlength=stop - start)
-    keys = unique_ints(np.concatenate(pieces), inplace=True) if pieces else \
-        np.empty(0, np.int64)
+    degree = np.bincount(read_spans(task.dsts)[:, 0] - start, minlength=stop - start)
+    keys = unique_ints(read_spans(task.keys)[:, 0], inplace=True)
     write_csr(lv, r, keys // n - start, keys % n, np.ones(len(keys), dtype=np.int64))
     vw = lv.vwgt("r+")
     ids = np.arange(start, stop)
@@ -134,7 +128,7 @@ def build_level0(graph: ChunkedGraph, balance: tuple[str, ...], folder: str,
                                    graph.num_nodes[et.src], graph.num_nodes[et.dst],
                                    offsets[et.src], offsets[et.dst], level,
                                    os.path.join(scratch, f"c{len(tasks):06d}"), with_deg))
-    runner(bucket_chunk, tasks, "multilevel: shuffle edges")
+    bucketed = runner(bucket_chunk, tasks, "multilevel: shuffle edges")
     train = None
     if with_train:
         if not any("train_mask" in graph.node_data.get(t, {}) for t in graph.node_types):
@@ -145,9 +139,13 @@ def build_level0(graph: ChunkedGraph, balance: tuple[str, ...], folder: str,
                       if "train_mask" in graph.node_data.get(t, {}) else None
                       for t in graph.node_types)
     spans = tuple((offsets[t], graph.num_nodes[t]) for t in graph.node_types)
-    done = runner(build_range, [RangeTask(level, r, tuple(t.target for t in tasks), spans,
-                                   type_columns, train, with_deg)
-                         for r in range(level.num_ranges)], "multilevel: range CSR")
+    keys = [t.target + ".keys.bin" for t in tasks]
+    dsts = [t.target + ".dst.bin" for t in tasks] if with_deg else []
+    base = RangeTask(level, 0, (), (), spans, type_columns, train, with_deg)
+    done = runner(build_range, [
+        replace(base, r=r, keys=spans_into(keys, [b[0] for b in bucketed], r),
+                dsts=spans_into(dsts, [b[1] for b in bucketed], r) if with_deg else ())
+        for r in range(level.num_ranges)], "multilevel: range CSR")
     shutil.rmtree(scratch)
     if with_train and sum(t for _, t in done) == 0:
         train_column(graph, 0)                # the same error as --method metis

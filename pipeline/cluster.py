@@ -27,6 +27,7 @@ class ClusterOptions:
     workers: int = 2                 # embedded cluster: worker processes (1 thread each)
     memory_limit: str = "auto"       # embedded cluster: per-worker memory limit
     progress: bool = True
+    client: object = None            # a distributed.Client to use as is (the Python API)
 
 
 @contextmanager
@@ -40,6 +41,10 @@ def dask_client(options: ClusterOptions, worker_names: tuple[str, ...] = ()):
     # Dask configures its loggers on import; its INFO chatter shows only at -vv (DEBUG).
     quiet = logging.getLogger().level > logging.DEBUG
     logging.getLogger("distributed").setLevel(logging.WARNING if quiet else logging.DEBUG)
+    if options.client is not None:            # the caller's: neither started nor closed here
+        _require_workers(options.client, worker_names)
+        yield options.client
+        return
     if options.scheduler:
         log.info("connecting to Dask scheduler %s", options.scheduler)
         with Client(options.scheduler) as client:

@@ -8,12 +8,13 @@ import click
 
 from formats import load_chunked_graph, validate_chunked_graph
 from formats.validate import NAN_POLICIES
+from . import api
 from .cli import cluster_options, local_path, prep
 from .cluster import ClusterOptions, TaskRunner, dask_client
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CHUNK = 1 << 20
+DEFAULT_CHUNK = api.DEFAULT_CHUNK
 
 chunk_size_option = click.option(
     "--chunk-size", type=click.IntRange(1), default=DEFAULT_CHUNK, metavar="ROWS",
@@ -58,19 +59,16 @@ def synth(out, nodes, edges, hetero, num_classes, feat_dim, homophily, exponent,
     features = class signal + noise, random train/val/test masks. Byte-identical for any
     number of workers; the same edges for any --chunk-size. Each task holds one chunk.
     """
-    from .synth import SynthSpec
-    from .synth_job import run_synth
-
     try:
         fractions = tuple(float(x) for x in split.split(","))
-        assert len(fractions) == 3
-        spec = SynthSpec(nodes, edges, hetero, num_classes, feat_dim, seed, homophily, exponent,
-                         feat_signal, fractions)
-    except (ValueError, AssertionError) as err:
-        raise click.BadParameter(str(err) or "--split needs three fractions") from None
-    graph = run_synth(spec, out, chunk_size, cluster, overwrite)
-    if graph is not None:
-        click.echo(_summary(graph))
+    except ValueError:
+        raise click.BadParameter(f"{split!r}: three fractions", param_hint="--split") from None
+    result = api.synth(out, nodes=nodes, edges=edges, hetero=hetero, num_classes=num_classes,
+                       feat_dim=feat_dim, homophily=homophily, exponent=exponent,
+                       feat_signal=feat_signal, split=fractions, seed=seed,
+                       chunk_size=chunk_size, overwrite=overwrite, **_on(cluster))
+    if not result.reused:
+        click.echo(_summary(result.graph))
 
 
 @prep.command()
@@ -88,6 +86,12 @@ def validate(chunked, nan_policy, cluster: ClusterOptions):
             graph, nan_policy=nan_policy, runner=lambda fn, items: runner(fn, items, "validate"))
     click.echo(_summary(graph))
     click.echo(f"valid ({len(warnings)} warnings)")
+
+
+def _on(cluster: ClusterOptions) -> dict:
+    """The API's cluster keywords for the CLI's ``ClusterOptions``."""
+    return dict(scheduler=cluster.scheduler, workers=cluster.workers,
+                memory_limit=cluster.memory_limit, progress=cluster.progress)
 
 
 def _summary(graph) -> str:
@@ -168,18 +172,16 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
       dgl          DGL's chunked graph format (metadata.json), validated and re-chunked
     The result is validated before it is moved into place; on error nothing is written.
     """
-    from .convert import run_chunk
-    from .convert.options import ChunkOptions
-    from .convert.writer import Transforms
-
-    opts = ChunkOptions(chunk_size, delimiter.encode().decode("unicode_escape") if delimiter
-                        else None, header, src_col, dst_col,
-                        _parse_pairs(num_nodes, "--num-nodes", integer=True),
-                        _parse_pairs(node_data, "--node-data", integer=False), name, split_name)
-    graph = run_chunk(input, out, kind, opts, Transforms(add_reverse_edges, drop_self_loops,
-                                                         dedupe), cluster, nan_policy, overwrite)
-    if graph is not None:
-        click.echo(_summary(graph))
+    result = api.chunk(
+        input, out, kind=kind, chunk_size=chunk_size, add_reverse_edges=add_reverse_edges,
+        dedupe=dedupe, drop_self_loops=drop_self_loops,
+        delimiter=delimiter.encode().decode("unicode_escape") if delimiter else None,
+        header=header, src_col=src_col, dst_col=dst_col,
+        num_nodes=_parse_pairs(num_nodes, "--num-nodes", integer=True),
+        node_data=_parse_pairs(node_data, "--node-data", integer=False), name=name,
+        split_name=split_name, nan_policy=nan_policy, overwrite=overwrite, **_on(cluster))
+    if not result.reused:
+        click.echo(_summary(result.graph))
 
 
 @prep.command()
@@ -224,29 +226,20 @@ def partition(chunked, out, num_parts, method, coarse_edges, balance, objective,
     node of every type, plus statistics (edge cut, per-part nodes/edges/splits/halo, imbalance)
     printed as a table and stored in OUT/partition_meta.json.
     """
-    from .partition import PartitionOptions, format_table, run_partition, run_stats
-    from .partition.base import BALANCE_KEYS
+    from .partition import format_table, run_stats
 
     if stats_of:
         click.echo(format_table(run_stats(chunked, stats_of, cluster)))
         return
     if out is None or num_parts is None:
         raise click.UsageError("OUT and --num-parts are required (unless --stats)")
-    keys = tuple(k for k in balance.split(",") if k)
-    for k in keys:
-        if k not in BALANCE_KEYS:
-            raise click.BadParameter(f"{k!r} (choose from {', '.join(BALANCE_KEYS)})",
-                                     param_hint="--balance")
-    if keys and method == "random":
-        raise click.BadParameter("balance constraints apply to --method metis and multilevel "
-                                 "(random is exactly balanced per node type)",
-                                 param_hint="--balance")
-    meta = run_partition(chunked, out, method, PartitionOptions(num_parts, seed, keys, objective,
-                                                                imbalance, coarse_edges),
-                         cluster, overwrite, dgl_compat)
-    if meta is not None:
-        click.echo(f"{out}: {meta.algo_name}, {meta.num_parts} parts")
-        click.echo(format_table(meta.stats))
+    result = api.partition(chunked, out, num_parts=num_parts, method=method,
+                           coarse_edges=coarse_edges, balance=balance, objective=objective,
+                           imbalance=imbalance, seed=seed, dgl_compat=dgl_compat,
+                           overwrite=overwrite, **_on(cluster))
+    if not result.reused:
+        click.echo(f"{out}: {result.method}, {result.num_parts} parts")
+        click.echo(format_table(result.stats))
 
 
 @prep.command()
@@ -274,12 +267,12 @@ def dispatch(chunked, assignment, out, machines, range_size, nan_policy, overwri
     in when complete (on each machine, for its parts). Resumable: rerun the same command after
     a kill to finish the job with the same bytes.
     """
-    from dispatch.job import run_dispatch
-
-    names = tuple(m for m in machines.split(",") if m)
-    graph = run_dispatch(chunked, assignment, out, cluster, names, overwrite, range_size,
-                         nan_policy=nan_policy)
-    if graph is not None:
+    result = api.dispatch(chunked, assignment, out,
+                          machines=tuple(m for m in machines.split(",") if m),
+                          range_size=range_size, nan_policy=nan_policy, overwrite=overwrite,
+                          **_on(cluster))
+    graph = result.graph
+    if not result.reused:
         click.echo(f"{out}: {graph.num_parts} parts of graph {graph.graph_name!r}")
         for p, info in enumerate(graph.parts):
             nodes = ", ".join(f"{t} {r[p][1] - r[p][0]:,}" for t, r in graph.node_map.items())
@@ -303,14 +296,13 @@ def verify(chunked, partitioned, nan_policy, cluster: ClusterOptions):
     once with its features, labels and masks, consistent partition book, exact halo lists.
     Streaming, chunk by chunk. Exit 1 naming the first mismatch (part, type, original ID).
     """
-    from dispatch.verify import VerifyError, run_verify
+    from dispatch.verify import VerifyError
 
     try:
-        counts = run_verify(chunked, partitioned, cluster, nan_policy)
+        counts = api.verify(chunked, partitioned, nan_policy=nan_policy, **_on(cluster))
     except VerifyError as err:
         raise VerifyFailed(f"verify failed: {err}") from None
-    click.echo(f"verified: {counts['edges']:,} edges and {counts['nodes']:,} nodes match the "
-               "input")
+    click.echo(f"verified: {counts.edges:,} edges and {counts.nodes:,} nodes match the input")
 
 
 @prep.command("split-edges")
@@ -337,15 +329,11 @@ def split_edges(chunked, out, etype, val, test, twin, seed, overwrite, cluster: 
     edge (and its twin in the reverse type) are held out together. Input files are hard-linked
     into OUT (copied across file systems); one task per edge chunk writes its masks.
     """
-    from formats import EdgeType
-    from .split_edges import SplitSpec, run_split
-
-    spec = SplitSpec(EdgeType.parse(etype, file="--etype", field="--etype"), val, test, seed)
-    done = run_split(chunked, out, spec, cluster, tuple(twin), overwrite)
-    if done is not None:
-        graph, counts = done
-        click.echo(_summary(graph))
-        for et, (tr, va, te) in counts.items():
+    result = api.split_edges(chunked, out, etype=etype, val=val, test=test, twin=tuple(twin),
+                             seed=seed, overwrite=overwrite, **_on(cluster))
+    if not result.reused:
+        click.echo(_summary(result.graph))
+        for et, (tr, va, te) in result.split_counts.items():
             click.echo(f"  split {et}: train {tr:,}, val {va:,}, test {te:,}")
 
 
@@ -395,10 +383,6 @@ def export(partitioned, out, to, overwrite, cluster: ClusterOptions):
     partition layout, one task per part. Parts stay as they are (every edge with the owner of
     its destination); IDs are the original ones. A task holds one part's arrays; per-ID maps
     (part of every node and edge, labels) are filled in memory-mapped scratch files."""
-    from pipeline.export import run_export
-
-    result = run_export(partitioned, out, to, cluster, overwrite)
-    if result is not None:
-        edges = sum(c["edges"] for c in result["parts"])
-        click.echo(f"{out}: {len(result['parts'])} parts, {edges:,} edges in {to} layout "
-                   f"({result['root']})")
+    result = api.export(partitioned, out, to=to, overwrite=overwrite, **_on(cluster))
+    if not result.reused:
+        click.echo(f"{out}: {to} layout ({result.root})")

@@ -1,0 +1,230 @@
+"""graphprep's Python API: one function per ``prep`` step, the CLI being a thin layer over it.
+
+    from pipeline import api
+    g = api.synth("work/g", nodes=20_000, edges=200_000)
+    a = api.partition(g.path, "work/a", num_parts=2, method="metis")
+    d = api.dispatch(g.path, a.path, "work/d")
+    api.verify(g.path, d.path)
+    api.export(d.path, "work/pyg", to="pyg")
+
+Every function takes the CLI's options as keywords, with the same defaults, and
+``client=``: a ``distributed.Client`` to run on (neither started nor closed here). Without
+one, each call starts an embedded local cluster of ``workers`` processes, as the CLI does.
+Each returns a typed result. A step whose output already holds the same work (same inputs,
+options and seed) does nothing and returns that output with ``reused=True``; different work
+there is refused unless ``overwrite``. Bad input raises :class:`formats.FormatError` naming
+file, field and row; nothing half-written is ever left at the output path.
+
+Nothing here imports torch; ``export`` imports it inside its Dask tasks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from formats import ChunkedGraph, EdgeType, FormatError, load_chunked_graph
+from formats.assignment import load_assignment
+from formats.partitioned import PartitionedGraph, load_partitioned
+
+from .cluster import ClusterOptions
+
+DEFAULT_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class GraphResult:
+    """A chunked graph (``synth``, ``chunk``, ``split_edges``)."""
+
+    path: str
+    graph: ChunkedGraph
+    reused: bool = False
+    split_counts: dict = field(default_factory=dict)   # split_edges: {etype: [train, val, test]}
+
+
+@dataclass(frozen=True)
+class AssignmentResult:
+    path: str
+    method: str              # the method that ran (auto resolves to metis or multilevel)
+    num_parts: int
+    stats: dict              # edge cut, per-part counts, imbalance (as `prep partition` prints)
+    reused: bool = False
+
+
+@dataclass(frozen=True)
+class PartitionedResult:
+    path: str
+    graph: PartitionedGraph
+    reused: bool = False
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    edges: int
+    nodes: int
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: str
+    to: str
+    root: str                # the folder the peer's loader opens
+    reused: bool = False
+
+
+def cluster_options(client=None, workers: int = 2, memory_limit: str = "auto",
+                    progress: bool = False, scheduler: str | None = None) -> ClusterOptions:
+    """How a step gets its workers: ``client`` as is, else ``scheduler``'s cluster, else an
+    embedded one of ``workers`` processes."""
+    return ClusterOptions(scheduler, workers, memory_limit, progress, client)
+
+
+def _abs(path: str) -> str:
+    return path if "://" in str(path) else os.path.abspath(path)
+
+
+def synth(out: str, *, nodes: int = 20_000, edges: int = 200_000, hetero: bool = False,
+          num_classes: int = 8, feat_dim: int = 32, homophily: float = 0.8,
+          exponent: float = 2.5, feat_signal: float = 0.35,
+          split: tuple[float, float, float] = (0.6, 0.2, 0.2), seed: int = 0,
+          chunk_size: int = DEFAULT_CHUNK, overwrite: bool = False, client=None,
+          **cluster) -> GraphResult:
+    """A synthetic graph (degree-corrected block model; see ``prep synth --help``) at ``out``.
+    A task holds one chunk."""
+    from .synth import SynthSpec
+    from .synth_job import run_synth
+
+    if len(split) != 3:
+        raise FormatError("split needs three fractions (train, val, test)", field="--split")
+    try:
+        spec = SynthSpec(nodes, edges, hetero, num_classes, feat_dim, seed, homophily, exponent,
+                         feat_signal, tuple(float(x) for x in split))
+    except ValueError as err:
+        raise FormatError(str(err), field="synth options") from None
+    out = _abs(out)
+    graph = run_synth(spec, out, chunk_size, cluster_options(client, **cluster), overwrite)
+    return _graph_result(out, graph)
+
+
+def chunk(input: str, out: str, *, kind: str = "auto", chunk_size: int = DEFAULT_CHUNK,
+          add_reverse_edges: bool = False, dedupe: bool = False, drop_self_loops: bool = False,
+          delimiter: str | None = None, header: bool | None = None, src_col=None, dst_col=None,
+          num_nodes: dict | None = None, node_data: dict | None = None, name: str | None = None,
+          split_name: str | None = None, nan_policy: str = "error", overwrite: bool = False,
+          client=None, **cluster) -> GraphResult:
+    """Raw ``input`` (see ``prep chunk --help`` for the kinds) into the chunked format at
+    ``out``. ``num_nodes``: ``{ntype or "": count}``; ``node_data``: ``{"[type/]name":
+    file}``."""
+    from .convert import run_chunk
+    from .convert.options import ChunkOptions
+    from .convert.writer import Transforms
+
+    opts = ChunkOptions(chunk_size, delimiter, header, src_col, dst_col, dict(num_nodes or {}),
+                        {k: _abs(v) for k, v in (node_data or {}).items()}, name, split_name)
+    out = _abs(out)
+    graph = run_chunk(_abs(input), out, kind, opts,
+                      Transforms(add_reverse_edges, drop_self_loops, dedupe),
+                      cluster_options(client, **cluster), nan_policy, overwrite)
+    return _graph_result(out, graph)
+
+
+def _graph_result(out: str, graph, **extra) -> GraphResult:
+    if graph is None:
+        return GraphResult(out, load_chunked_graph(out), reused=True, **extra)
+    return GraphResult(out, graph, **extra)
+
+
+def partition(chunked: str, out: str, *, num_parts: int, method: str = "random",
+              coarse_edges: int | None = None, balance: tuple[str, ...] = (),
+              objective: str = "cut", imbalance: float = 0.03, seed: int = 0,
+              dgl_compat: bool = False, overwrite: bool = False, client=None,
+              **cluster) -> AssignmentResult:
+    """A partition id per node of every type of ``chunked`` into the assignment folder ``out``
+    (see ``prep partition --help`` for the methods and what each holds in memory)."""
+    from .partition import PartitionOptions, run_partition
+    from .partition.base import BALANCE_KEYS
+
+    balance = tuple(balance.split(",") if isinstance(balance, str) else balance)
+    balance = tuple(k for k in balance if k)
+    unknown = [k for k in balance if k not in BALANCE_KEYS]
+    if unknown:
+        raise FormatError(f"{unknown[0]!r} is not a balance constraint (choose from "
+                          f"{', '.join(BALANCE_KEYS)})", field="--balance")
+    if balance and method == "random":
+        raise FormatError("balance constraints apply to --method metis and multilevel "
+                          "(random is exactly balanced per node type)", field="--balance")
+    out = _abs(out)
+    meta = run_partition(_abs(chunked), out, method,
+                         PartitionOptions(num_parts, seed, balance, objective, imbalance,
+                                          coarse_edges),
+                         cluster_options(client, **cluster), overwrite, dgl_compat)
+    reused = meta is None
+    if reused:
+        meta = load_assignment(out).meta
+    return AssignmentResult(out, meta.algo_name, meta.num_parts, meta.stats, reused)
+
+
+def dispatch(chunked: str, assignment: str, out: str, *, machines: tuple[str, ...] = (),
+             range_size: int = 1 << 17, nan_policy: str = "error", overwrite: bool = False,
+             client=None, **cluster) -> PartitionedResult:
+    """The partitioned graph at ``out`` (a folder or an fsspec URL) from ``chunked`` and its
+    ``assignment``; with ``machines``, part p is built by the worker named
+    ``machines[p % M]`` on its own machine."""
+    from dispatch.job import run_dispatch
+
+    out = _abs(out)
+    graph = run_dispatch(_abs(chunked), _abs(assignment), out,
+                         cluster_options(client, **cluster), tuple(machines), overwrite,
+                         range_size, nan_policy=nan_policy)
+    if graph is None:
+        return PartitionedResult(out, load_partitioned(out), reused=True)
+    return PartitionedResult(out, graph)
+
+
+def verify(chunked: str, partitioned: str, *, nan_policy: str = "error", client=None,
+           **cluster) -> VerifyResult:
+    """Check that ``partitioned`` holds exactly ``chunked``; raises
+    ``dispatch.verify.VerifyError`` naming the first difference."""
+    from dispatch.verify import run_verify
+
+    counts = run_verify(_abs(chunked), _abs(partitioned), cluster_options(client, **cluster),
+                        nan_policy)
+    return VerifyResult(counts["edges"], counts["nodes"])
+
+
+def split_edges(chunked: str, out: str, *, etype: str, val: float = 0.05, test: float = 0.1,
+                twin: tuple[str, ...] = (), seed: int = 0, overwrite: bool = False,
+                client=None, **cluster) -> GraphResult:
+    """``chunked`` with train/val/test edge masks of ``etype`` (and its twins) at ``out``."""
+    from .split_edges import SplitSpec, run_split
+
+    spec = SplitSpec(EdgeType.parse(etype, file="--etype", field="--etype"), val, test, seed)
+    out = _abs(out)
+    done = run_split(_abs(chunked), out, spec, cluster_options(client, **cluster), tuple(twin),
+                     overwrite)
+    if done is None:
+        return _graph_result(out, None)
+    graph, counts = done
+    return _graph_result(out, graph, split_counts=counts)
+
+
+def export(partitioned: str, out: str, *, to: str, overwrite: bool = False, client=None,
+           **cluster) -> ExportResult:
+    """``partitioned`` in a peer's partition layout at ``out`` (``to="pyg"``: see
+    ``formats/FORMATS.md`` §5)."""
+    from .export import run_export
+
+    out = _abs(out)
+    result = run_export(_abs(partitioned), out, to, cluster_options(client, **cluster),
+                        overwrite)
+    if result is None:
+        return ExportResult(out, to, _export_root(out, to), reused=True)
+    return ExportResult(out, to, result["root"])
+
+
+def _export_root(out: str, to: str) -> str:
+    if to == "pyg":
+        (root,) = [os.path.join(out, n) for n in os.listdir(out) if n.endswith("-partitions")
+                   and os.path.exists(os.path.join(out, n, "META.json"))]
+        return root
+    return out

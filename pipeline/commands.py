@@ -386,3 +386,20 @@ def export(partitioned, out, to, overwrite, cluster: ClusterOptions):
     result = api.export(partitioned, out, to=to, overwrite=overwrite, **_on(cluster))
     if not result.reused:
         click.echo(f"{out}: {to} layout ({result.root})")
+
+
+@prep.command()
+@click.argument("paths", nargs=-1, required=True, callback=lambda c, p, v: tuple(
+    local_path(c, p, x) for x in v))
+@click.option("--out", default="report.html", show_default=True, type=click.Path(dir_okay=False),
+              help="The HTML file to write (self-contained: plots are inlined PNGs).")
+@cluster_options
+def report(paths, out, cluster: ClusterOptions):
+    """One HTML page with tables and plots about each of PATHS: a partitioned graph (in-degree
+    distribution per edge type, per-part nodes/edges/train/halo bars, edge-cut matrix between
+    parts; one task per part), a partition assignment (per-part bars from its statistics), a
+    trainer metrics file (loss and accuracy/AUC curves, time per phase per epoch) or a chunked
+    graph (its tables). Needs matplotlib."""
+    from .report import run_report
+
+    click.echo(f"wrote {run_report(list(paths), out, cluster)}")

@@ -33,7 +33,7 @@ KINDS = ("chunked", "assignment", "partitioned", "metrics")
 EXPECTED = ("a chunked graph folder (metadata.json), a partition assignment folder "
             "(partition_meta.json), a partitioned graph (graph.json or its folder) or a "
             "trainer metrics file (--metrics-out JSON with config, epochs, summary)")
-_METRIC_KEY = re.compile(r"(loss|acc|auc|mrr|hits)")
+METRIC_KEY = re.compile(r"(loss|acc|auc|mrr|hits)")
 
 
 # ---------------------------------------------------------------- kind detection
@@ -497,7 +497,7 @@ def describe_metrics(path: str) -> dict:
 
 def _metrics_of(record: dict) -> dict:
     """The metric values of an epoch record (loss, accuracies, AUC, MRR, Hits@k)."""
-    return {k: v for k, v in record.items() if _METRIC_KEY.search(k)
+    return {k: v for k, v in record.items() if METRIC_KEY.search(k)
             and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 

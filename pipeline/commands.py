@@ -25,6 +25,10 @@ overwrite_option = click.option(
          "when complete, so a failed run leaves the old one. Without it, a rerun with the "
          "same inputs and options is a no-op and a different one is refused. Never allowed "
          "when OUT is, contains or lies inside an input.")
+dry_run_option = click.option(
+    "--dry-run", is_flag=True,
+    help="Print the estimated peak memory per worker and the disk the step needs, from the "
+         "metadata alone (no cluster is started, nothing is written), and exit.")
 nan_option = click.option(
     "--nan", "nan_policy", type=click.Choice(NAN_POLICIES), default="error",
     help="NaN/inf in float node or edge data: fail, log a warning, or accept silently.")
@@ -86,6 +90,16 @@ def validate(chunked, nan_policy, cluster: ClusterOptions):
             graph, nan_policy=nan_policy, runner=lambda fn, items: runner(fn, items, "validate"))
     click.echo(_summary(graph))
     click.echo(f"valid ({len(warnings)} warnings)")
+
+
+def _worker_bytes(cluster: ClusterOptions) -> int | None:
+    """A worker's memory limit without starting one: --memory-limit, else (auto) this
+    machine's memory split among --workers, as the embedded cluster splits it."""
+    if cluster.memory_limit != "auto":
+        from dask.utils import parse_bytes
+        return parse_bytes(cluster.memory_limit)
+    import psutil
+    return psutil.virtual_memory().total // max(cluster.workers, 1)
 
 
 def _on(cluster: ClusterOptions) -> dict:
@@ -218,10 +232,11 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
                    "DGL's <ntype>.txt) on CHUNKED and store them in its partition_meta.json.")
 @click.option("--dgl-compat", is_flag=True,
               help="Also write DGL's <ntype>.txt assignment files.")
+@dry_run_option
 @overwrite_option
 @cluster_options
 def partition(chunked, out, num_parts, method, coarse_edges, balance, objective, imbalance, seed,
-              stats_of, dgl_compat, overwrite, cluster: ClusterOptions):
+              stats_of, dgl_compat, dry_run, overwrite, cluster: ClusterOptions):
     """Partition the chunked graph CHUNKED into the assignment folder OUT: a partition id per
     node of every type, plus statistics (edge cut, per-part nodes/edges/splits/halo, imbalance)
     printed as a table and stored in OUT/partition_meta.json.
@@ -233,6 +248,13 @@ def partition(chunked, out, num_parts, method, coarse_edges, balance, objective,
         return
     if out is None or num_parts is None:
         raise click.UsageError("OUT and --num-parts are required (unless --stats)")
+    if dry_run:
+        from .estimate import estimate_partition
+        click.echo(estimate_partition(
+            load_chunked_graph(chunked), method, num_parts, tuple(k for k in balance.split(",")
+                                                                  if k),
+            coarse_edges, _worker_bytes(cluster)).describe())
+        return
     result = api.partition(chunked, out, num_parts=num_parts, method=method,
                            coarse_edges=coarse_edges, balance=balance, objective=objective,
                            imbalance=imbalance, seed=seed, dgl_compat=dgl_compat,
@@ -254,9 +276,10 @@ def partition(chunked, out, num_parts, method, coarse_edges, balance, objective,
               help="Nodes per relabel task and per destination sub-range when building a "
                    "part: a task holds one range of rows or the in-edges of one sub-range.")
 @nan_option
+@dry_run_option
 @overwrite_option
 @cluster_options
-def dispatch(chunked, assignment, out, machines, range_size, nan_policy, overwrite,
+def dispatch(chunked, assignment, out, machines, range_size, nan_policy, dry_run, overwrite,
              cluster: ClusterOptions):
     """Build the partitioned graph at OUT (a folder, or an fsspec URL such as s3://bucket/g)
     from the chunked graph CHUNKED and the partition ASSIGNMENT: new contiguous IDs per part,
@@ -267,6 +290,13 @@ def dispatch(chunked, assignment, out, machines, range_size, nan_policy, overwri
     in when complete (on each machine, for its parts). Resumable: rerun the same command after
     a kill to finish the job with the same bytes.
     """
+    if dry_run:
+        from formats.assignment import load_assignment
+        from .estimate import estimate_dispatch
+        click.echo(estimate_dispatch(load_chunked_graph(chunked),
+                                     load_assignment(assignment).meta.num_parts,
+                                     range_size).describe())
+        return
     result = api.dispatch(chunked, assignment, out,
                           machines=tuple(m for m in machines.split(",") if m),
                           range_size=range_size, nan_policy=nan_policy, overwrite=overwrite,
@@ -369,13 +399,19 @@ def inspect_cmd(path, as_json):
 @click.argument("partitioned", type=click.Path(exists=True, file_okay=False),
                 callback=local_path)
 @click.argument("out", type=click.Path(file_okay=False), callback=local_path)
-@click.option("--to", "to", type=click.Choice(["pyg"]), required=True,
+@click.option("--to", "to", type=click.Choice(["pyg", "dgl"]), required=True,
               help="Target layout. pyg: torch_geometric.distributed.Partitioner's "
                    "(OUT/<name>-partitions, loaded by LocalGraphStore/LocalFeatureStore"
                    ".from_partition), with labels in OUT/<name>-label/label.pt and each "
                    "part's train/val/test nodes in OUT/<name>-<split>-partitions/"
                    "partition<i>.pt, as PyG's distributed examples read them. Needs torch "
-                   "on the workers (not torch_geometric).")
+                   "on the workers (not torch_geometric). dgl: dgl.distributed."
+                   "partition_graph's (OUT/<name>.json, read by dgl.distributed."
+                   "load_partition; OUT/part<i>/graph.dgl, node_feat.dgl, edge_feat.dgl, and "
+                   "orig_nids.dgl/orig_eids.dgl mapping inner nodes/edges to original IDs); "
+                   "DGL renumbers nodes and edges into one ID space per part and type "
+                   "(FORMATS.md). Needs DGL here and on the workers: dgl 1.1.3 works with "
+                   "torch 2.13 (pip install 'dgl==1.1.3' 'setuptools<70').")
 @overwrite_option
 @cluster_options
 def export(partitioned, out, to, overwrite, cluster: ClusterOptions):

@@ -193,7 +193,7 @@ def _csv_field(path: str, delimiter: str) -> tuple[str | None, list]:
     return None, ([] if width == 1 else [width])
 
 
-def _field_layout(first_chunk: str, files: ChunkFiles) -> tuple[str | None, list]:
+def field_layout(first_chunk: str, files: ChunkFiles) -> tuple[str | None, list]:
     """``(dtype, per-row shape)`` of a data field, from the header of its first chunk."""
     if files.format == "numpy":
         dtype, shape = _npy_header(first_chunk)
@@ -262,7 +262,7 @@ def describe_chunked(root: str) -> dict:
 
 
 def _describe_field(graph, owner: str, name: str, files: ChunkFiles, rows: int) -> dict:
-    dtype, shape = _field_layout(graph.path(files.files[0]), files)
+    dtype, shape = field_layout(graph.path(files.files[0]), files)
     return {"type": owner, "name": name, "dtype": dtype, "shape": shape,
             "format": files.format, "num_chunks": len(files.files), "rows": rows,
             "bytes": sum(size(graph.path(f)) for f in files.files)}

@@ -1,0 +1,129 @@
+"""``--dry-run`` of ``prep partition`` and ``prep dispatch``: the peak memory of one worker
+and the disk they need, from metadata alone (no cluster, no data read).
+
+A memory model per step, calibrated on fresh 2-worker clusters (``examples/benchmarks``,
+RESULTS.md: synth graphs of 2x10^6, 10^7 and 10^8 edges; the estimates below came within
+0.9-1.3x of the measured worker peak RSS there). A worker's peak is its baseline (Python,
+numpy, pyarrow, Dask and our modules: ~170 MB) plus its largest task, plus the pages of the
+memory-mapped per-node arrays the task touches (they count in RSS, though the kernel can drop
+them). Disk is the scratch a step needs while it runs (removed at the end) and what it leaves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from formats import ChunkedGraph
+
+MB = 1 << 20
+WORKER_BASE = 170 * MB          # an idle worker after the step's imports (measured 170-195)
+WORKER_IDLE = 94 * MB           # before them (metis's one task is measured from here)
+METIS_PER_EDGE = 260            # --method metis: whole graph in one task (2.69 GB at 10^7)
+RANDOM_SLICE = 4 << 20          # --method random: node IDs per task
+LEVEL_ENTRY = 90                # multilevel: bytes per stored edge entry of a range task
+COARSE_EDGE = 300               # multilevel: bytes per edge of the coarsest graph's task
+MAPPED_PER_NODE = 16            # multilevel: per-node mapped pages a range task touches
+CHUNK_EDGE = 60                 # a task holding one edge chunk: bytes per row
+PART_NODE = 30                  # dispatch build: bytes per owned node (IDs, halo, offsets)
+BUILD_BUFFERS = 40 * MB         # dispatch build: one destination sub-range's buffers
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a step needs: the peak of one worker, the scratch disk while it runs, the output
+    left; ``basis`` says which task sets the peak and how it was derived."""
+
+    step: str
+    method: str
+    peak_worker_bytes: int
+    scratch_bytes: int
+    output_bytes: int
+    basis: str
+
+    def describe(self) -> str:
+        gb = lambda b: f"{b / 1e9:.2f} GB"     # noqa: E731
+        return (f"{self.step} ({self.method}) dry run, from metadata: peak per worker "
+                f"~{self.peak_worker_bytes / MB:,.0f} MB ({self.basis}); scratch disk "
+                f"~{gb(self.scratch_bytes)} while running; output ~{gb(self.output_bytes)}")
+
+
+def _sizes(graph: ChunkedGraph) -> tuple[int, int, int]:
+    nodes = sum(graph.num_nodes.values())
+    edges = sum(graph.num_edges.values())
+    chunk = max((max(c) for c in graph.edge_chunks.values() if c), default=0)
+    return nodes, edges, chunk
+
+
+def estimate_partition(graph: ChunkedGraph, method: str, num_parts: int, balance=(),
+                       coarse_edges: int | None = None, worker_bytes: int | None = None,
+                       range_size: int = 1 << 17) -> Estimate:
+    """The estimate of ``prep partition`` with these options; ``auto`` is resolved as the
+    step would resolve it for workers of ``worker_bytes``."""
+    from .partition.auto import choose
+    from .partition.multilevel.budget import derive_budget
+    from .partition.multilevel.method import MAX_RANGES
+
+    nodes, edges, chunk = _sizes(graph)
+    label = method
+    if method == "auto":
+        method = choose(edges, worker_bytes).method
+        label = f"auto -> {method}"
+    output = nodes * 4
+    if method == "random":
+        return Estimate("partition", label, WORKER_BASE + min(nodes, RANDOM_SLICE) * 24, 0,
+                        output, f"a slice of up to {RANDOM_SLICE:,} node IDs")
+    if method == "metis":
+        return Estimate("partition", label, WORKER_IDLE + METIS_PER_EDGE * edges, 0, output,
+                        f"the whole graph in one task, {METIS_PER_EDGE} B per edge")
+    ranges = -(-nodes // max(range_size, -(-nodes // MAX_RANGES)))
+    per_range = 2 * edges // max(ranges, 1)
+    coarse = derive_budget(edges, worker_bytes, coarse_edges).edges
+    tasks = {"a range task": per_range * LEVEL_ENTRY,
+             "the coarsest graph's task": coarse * COARSE_EDGE,
+             "an input chunk's task": chunk * CHUNK_EDGE}
+    biggest = max(tasks, key=tasks.get)
+    ncon = 1 + len(tuple(balance))
+    scratch = edges * (16 + 8) + nodes * 8 * (ncon + 6)
+    return Estimate("partition", label,
+                    WORKER_BASE + tasks[biggest] + nodes * MAPPED_PER_NODE, scratch, output,
+                    f"{biggest}: {per_range:,} entries per range, coarse budget {coarse:,} "
+                    f"edges, plus mapped per-node pages")
+
+
+def _row_bytes(graph: ChunkedGraph, kind: str) -> dict:
+    """Bytes per row of all data fields, per node or edge type, from the header of each
+    field's first chunk (as ``prep inspect`` reads it)."""
+    import numpy as np
+
+    from .inspect import field_layout
+    data = graph.node_data if kind == "node" else graph.edge_data
+    out = {}
+    for owner, fields in data.items():
+        total = 0
+        for files in fields.values():
+            dtype, shape = field_layout(graph.path(files.files[0]), files)
+            total += np.dtype(dtype or "float64").itemsize * int(np.prod(shape or [1]))
+        out[owner] = total
+    return out
+
+
+def estimate_dispatch(graph: ChunkedGraph, num_parts: int,
+                      range_size: int = 1 << 17) -> Estimate:
+    """The estimate of ``prep dispatch`` into ``num_parts`` parts (balanced parts assumed)."""
+    nodes, edges, chunk = _sizes(graph)
+    node_rows = _row_bytes(graph, "node")
+    edge_rows = _row_bytes(graph, "edge")
+    data_bytes = sum(graph.num_nodes[t] * node_rows.get(t, 0) for t in graph.node_types)
+    edge_data = sum(graph.num_edges[e] * edge_rows.get(e, 0) for e in graph.edge_types)
+    part_nodes = nodes // max(num_parts, 1)
+    widest = max(node_rows.values(), default=0)
+    # A worker runs shuffle tasks, then build tasks: their high-water marks add up (the
+    # allocator keeps the first's arenas), measured at 2x10^6, 10^7 and 10^8 edges.
+    build = BUILD_BUFFERS + part_nodes * PART_NODE + range_size * widest
+    shuffle = chunk * CHUNK_EDGE
+    output = edges * 14 + nodes * 16 + data_bytes + edge_data
+    scratch = edges * 24 + nodes * 8 + edge_data
+    return Estimate("dispatch", f"{num_parts} parts",
+                    WORKER_BASE + shuffle + build + nodes * 8, scratch, output,
+                    f"an edge chunk's shuffle ({shuffle / MB:,.0f} MB) and a part build "
+                    f"({build / MB:,.0f} MB) in one worker, plus the old->new map's pages")

@@ -24,6 +24,7 @@ for any worker count and range size. Hubs heavier than the cap stay singletons.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, replace
 
@@ -32,6 +33,8 @@ import numpy as np
 from ...arrayops import mix
 from .buckets import Span, read_spans, spans_into, write_bucketed
 from .layout import Level, best_per_row, new_array, sum_by_key, write_rows
+
+log = logging.getLogger(__name__)
 
 FIXED = 5            # proposal columns before the weights: node, target, gain, tie, old label
 
@@ -219,6 +222,7 @@ def cluster(level: Level, seed: int, caps: np.ndarray, runner, max_rounds: int =
         for name in os.listdir(folder):
             if name.startswith(f"t{t:03d}."):
                 os.remove(os.path.join(folder, name))
+        log.debug("coarsen: %d nodes, round %d: %d moves", level.num_nodes, t, moved)
         # two quiet rounds in a row: one can be quiet only because its coin made the
         # attractive clusters movers, or because its proposals queued at full clusters
         quiet = quiet + 1 if moved < min_moves * level.num_nodes else 0

@@ -210,8 +210,9 @@ def split_edges(chunked: str, out: str, *, etype: str, val: float = 0.05, test: 
 
 def export(partitioned: str, out: str, *, to: str, overwrite: bool = False, client=None,
            **cluster) -> ExportResult:
-    """``partitioned`` in a peer's partition layout at ``out`` (``to="pyg"``: see
-    ``formats/FORMATS.md`` §5)."""
+    """``partitioned`` in a peer's partition layout at ``out``: ``to="pyg"`` (PyG's
+    Partitioner layout) or ``"dgl"`` (DGL 1.1.3's ``partition_graph`` layout; needs dgl).
+    See ``formats/FORMATS.md`` §5."""
     from .export import run_export
 
     out = _abs(out)

@@ -411,7 +411,8 @@ def inspect_cmd(path, as_json):
                    "orig_nids.dgl/orig_eids.dgl mapping inner nodes/edges to original IDs); "
                    "DGL renumbers nodes and edges into one ID space per part and type "
                    "(FORMATS.md). Needs DGL here and on the workers: dgl 1.1.3 works with "
-                   "torch 2.13 (pip install 'dgl==1.1.3' 'setuptools<70').")
+                   "torch 2.13 (pip install 'dgl==1.1.3' packaging; not setuptools<70, which "
+                   "torch 2.13 refuses).")
 @overwrite_option
 @cluster_options
 def export(partitioned, out, to, overwrite, cluster: ClusterOptions):

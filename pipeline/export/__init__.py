@@ -14,7 +14,7 @@ from pipeline.cluster import ClusterOptions, TaskRunner, dask_client
 from pipeline.guard import guarded_output
 from pipeline.step import up_to_date
 
-TARGETS = ("pyg",)
+TARGETS = ("pyg", "dgl")
 
 
 def run_export(partitioned: str, out: str, to: str, cluster: ClusterOptions,
@@ -25,6 +25,9 @@ def run_export(partitioned: str, out: str, to: str, cluster: ClusterOptions,
     if to not in TARGETS:
         raise FormatError(f"unknown export target {to!r} (one of {', '.join(TARGETS)})",
                           field="--to")
+    if to == "dgl":
+        from .dgl import require_dgl
+        require_dgl()                  # before anything is read, started or written
     if is_url(partitioned):
         raise FormatError("export reads a local partitioned graph; copy the parts first",
                           file=partitioned)
@@ -41,9 +44,13 @@ def run_export(partitioned: str, out: str, to: str, cluster: ClusterOptions,
         output = AtomicOutput(out)
         with output as tmp, dask_client(cluster) as client:
             runner = TaskRunner(client, cluster.progress)
-            from .pyg import export_pyg
-            result = export_pyg(graph, tmp, runner)
-            result["root"] = os.path.join(output.final, os.path.relpath(result["root"], tmp))
+            if to == "dgl":
+                from .dgl import export_dgl as exporter
+            else:
+                from .pyg import export_pyg as exporter
+            result = exporter(graph, tmp, runner)
+            result["root"] = os.path.normpath(
+                os.path.join(output.final, os.path.relpath(result["root"], tmp)))
             write_json(os.path.join(tmp, MANIFEST), manifest)
             output.commit()
     return result

@@ -41,6 +41,7 @@ def dask_client(options: ClusterOptions, worker_names: tuple[str, ...] = ()):
     # Dask configures its loggers on import; its INFO chatter shows only at -vv (DEBUG).
     quiet = logging.getLogger().level > logging.DEBUG
     logging.getLogger("distributed").setLevel(logging.WARNING if quiet else logging.DEBUG)
+    worker_logs = QUIET_WORKER_LOGS if quiet else logging.ERROR
     if options.client is not None:            # the caller's: neither started nor closed here
         _require_workers(options.client, worker_names)
         yield options.client
@@ -53,12 +54,12 @@ def dask_client(options: ClusterOptions, worker_names: tuple[str, ...] = ()):
             yield client
         return
     if worker_names:
-        with _named_cluster(worker_names, options.memory_limit) as cluster, \
+        with _named_cluster(worker_names, options.memory_limit, worker_logs) as cluster, \
                 Client(cluster) as client:
             _log_dashboard(client)
             yield client
         return
-    with local_cluster(options.workers, options.memory_limit) as cluster, \
+    with local_cluster(options.workers, options.memory_limit, worker_logs) as cluster, \
             Client(cluster) as client:
         log.info("embedded Dask cluster: %d workers", options.workers)
         _log_dashboard(client)
@@ -74,16 +75,24 @@ def dask_client(options: ClusterOptions, worker_names: tuple[str, ...] = ()):
 WORKER_ENVIRON = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 
 
-def local_cluster(workers: int, memory_limit: str | int = "auto", **kwargs):
+# Under load a worker's last heartbeat can race the scheduler's close; Dask then logs a
+# CommClosedError traceback at ERROR after a run that succeeded (dask/distributed#7105, #9032).
+# Every failure that matters reaches the client as its task's exception, so embedded clusters
+# show workers' logs only at CRITICAL, or at ERROR with -vv.
+QUIET_WORKER_LOGS = logging.CRITICAL
+
+
+def local_cluster(workers: int, memory_limit: str | int = "auto",
+                  worker_logs: int = QUIET_WORKER_LOGS, **kwargs):
     """A ``LocalCluster`` of ``workers`` single-threaded processes on this host (a context
-    manager), with the worker environment above."""
+    manager), with the worker environment above; Dask logs below ``worker_logs`` are dropped."""
     import dask
     from distributed import LocalCluster
 
     with dask.config.set(WORKER_ENVIRON):
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                             memory_limit=memory_limit, dashboard_address=":0",
-                            silence_logs=logging.ERROR, **kwargs)
+                            silence_logs=worker_logs, **kwargs)
 
 
 def _log_dashboard(client) -> None:
@@ -102,17 +111,17 @@ def _require_workers(client, names) -> None:
                           field="--machines")
 
 
-def _named_cluster(names, memory_limit):
+def _named_cluster(names, memory_limit, worker_logs: int = QUIET_WORKER_LOGS):
     from distributed import Nanny, Scheduler, SpecCluster
 
     # Simulated machines on this host: loopback only, quiet like LocalCluster.
     workers = {n: {"cls": Nanny, "options": {"name": n, "nthreads": 1, "host": "127.0.0.1",
                                              "memory_limit": memory_limit,
-                                             "silence_logs": logging.ERROR}} for n in names}
+                                             "silence_logs": worker_logs}} for n in names}
     import dask
 
     with dask.config.set(WORKER_ENVIRON):
-        return SpecCluster(workers=workers, silence_logs=logging.ERROR,
+        return SpecCluster(workers=workers, silence_logs=worker_logs,
                            scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0",
                                                                     "host": "127.0.0.1"}})
 

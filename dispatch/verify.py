@@ -431,11 +431,14 @@ def run_verify(chunked: str, partitioned: str, cluster: ClusterOptions,
     try:
         plan = VerifyPlan(graph, parts, work, node_fields=node_fields, edge_fields=edge_fields)
         _raise_first([check_feature_specs(plan)])
-        with dask_client(cluster) as client:
+        # Each part is read on the worker of the machine that holds it (dispatch --machines);
+        # the phases after it read only the input and the scratch buckets.
+        holders = [info.machine or None for info in parts.parts]
+        with dask_client(cluster, tuple(dict.fromkeys(h for h in holders if h))) as client:
             run = TaskRunner(client, cluster.progress)
             # Phase 2 reads what phase 1 vouched for: a damaged part stops the run here.
             _raise_first(run(check_part, [(plan, p) for p in range(parts.num_parts)],
-                             "verify parts"))
+                             "verify parts", workers=holders if any(holders) else None))
             _raise_first(run(check_edge_chunk, [
                 (plan, et, k, graph.path(f), int(s), int(s) + n)
                 for et in graph.edge_types

@@ -73,10 +73,12 @@ class ExportResult:
 
 
 def cluster_options(client=None, workers: int = 2, memory_limit: str = "auto",
-                    progress: bool = False, scheduler: str | None = None) -> ClusterOptions:
-    """How a step gets its workers: ``client`` as is, else ``scheduler``'s cluster, else an
-    embedded one of ``workers`` processes."""
-    return ClusterOptions(scheduler, workers, memory_limit, progress, client)
+                    progress: bool = False, scheduler: str | None = None,
+                    security=None) -> ClusterOptions:
+    """How a step gets its workers: ``client`` as is, else ``scheduler``'s cluster (with
+    ``security``, a ``distributed.Security``, for tls://), else an embedded one of
+    ``workers`` processes."""
+    return ClusterOptions(scheduler, workers, memory_limit, progress, client, security)
 
 
 def _abs(path: str) -> str:

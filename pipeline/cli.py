@@ -14,7 +14,8 @@ import click
 
 from formats import FormatError
 from formats.console import setup_logging, show_progress
-from .cluster import LOST_WORKER_TIMEOUT_KEY, LOST_WORKER_TIMEOUT_S, ClusterOptions
+from .cluster import (LOST_WORKER_TIMEOUT_KEY, LOST_WORKER_TIMEOUT_S, ClusterOptions,
+                      tls_security)
 
 log = logging.getLogger("pipeline")
 
@@ -66,8 +67,18 @@ def describe_failure(err: BaseException) -> str:
 def cluster_options(fn):
     """The options every Dask step shares; passes ``cluster: ClusterOptions``."""
     @click.option("--scheduler", metavar="ADDR", default=None,
-                  help="Address of an existing Dask scheduler (tcp://HOST:PORT). "
-                       "Default: start an embedded local cluster.")
+                  help="Address of an existing Dask scheduler (tcp://HOST:PORT, or tls://HOST:PORT "
+                       "with the --tls-* options). Default: start an embedded local cluster on "
+                       "127.0.0.1.")
+    @click.option("--tls-ca-file", type=click.Path(dir_okay=False), default=None,
+                  help="With a tls:// --scheduler: the CA certificate (PEM) that signed the "
+                       "scheduler's and workers' certificates [default: Dask's configuration, "
+                       "distributed.comm.tls.ca-file].")
+    @click.option("--tls-cert", type=click.Path(dir_okay=False), default=None,
+                  help="With a tls:// --scheduler: this client's certificate (PEM), signed by "
+                       "that CA [default: Dask's configuration].")
+    @click.option("--tls-key", type=click.Path(dir_okay=False), default=None,
+                  help="The private key of --tls-cert (PEM) [default: in the --tls-cert file].")
     @click.option("--workers", type=click.IntRange(1), default=2, show_default=True,
                   help="Worker processes of the embedded cluster (1 thread each).")
     @click.option("--memory-limit", default="auto", show_default=True,
@@ -83,12 +94,14 @@ def cluster_options(fn):
     @click.option("-v", "--verbose", count=True,
                   help="More log output (-v info and tracebacks of failures, -vv debug).")
     @functools.wraps(fn)
-    def wrapper(*args, scheduler, workers, memory_limit, progress, lost_worker_timeout, verbose,
-                **kwargs):
+    def wrapper(*args, scheduler, tls_ca_file, tls_cert, tls_key, workers, memory_limit,
+                progress, lost_worker_timeout, verbose, **kwargs):
         import dask
 
         _setup_logging(verbose)
-        cluster = ClusterOptions(scheduler, workers, memory_limit, show_progress(progress))
+        security = tls_security(scheduler, tls_ca_file, tls_cert, tls_key)
+        cluster = ClusterOptions(scheduler, workers, memory_limit, show_progress(progress),
+                                 security=security)
         with dask.config.set({LOST_WORKER_TIMEOUT_KEY: lost_worker_timeout}):
             return fn(*args, cluster=cluster, **kwargs)
     return wrapper

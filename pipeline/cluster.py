@@ -4,6 +4,7 @@ with a progress bar."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +29,38 @@ class ClusterOptions:
     memory_limit: str = "auto"       # embedded cluster: per-worker memory limit
     progress: bool = True
     client: object = None            # a distributed.Client to use as is (the Python API)
+    security: object = None          # distributed.Security for a tls:// scheduler (tls_security)
+
+
+def tls_security(scheduler: str | None, ca_file: str | None, cert: str | None,
+                 key: str | None):
+    """A ``distributed.Security`` requiring TLS with these PEM files (``key``: None when
+    ``cert`` holds the key too), or None when none is given: Dask's own configuration
+    (``distributed.comm.tls.*``) then applies. Raises ``FormatError`` naming the option for a
+    missing file, a partial set, or a ``tls://`` scheduler with no certificates anywhere."""
+    import dask
+    from formats import FormatError
+
+    given = {"--tls-ca-file": ca_file, "--tls-cert": cert, "--tls-key": key}
+    for option, path in given.items():
+        if path is not None and not os.path.isfile(path):
+            raise FormatError(f"{path}: no such file", field=option)
+    if ca_file is None and cert is None and key is None:
+        tls = scheduler is not None and scheduler.startswith("tls://")
+        if tls and not dask.config.get("distributed.comm.tls.ca-file", None):
+            raise FormatError(f"{scheduler} needs certificates: pass --tls-ca-file and "
+                              "--tls-cert (and --tls-key), or set distributed.comm.tls.* in "
+                              "Dask's configuration", field="--scheduler")
+        return None
+    if ca_file is None or cert is None:
+        raise FormatError("TLS needs both --tls-ca-file (the CA that signed the scheduler's "
+                          "certificate) and --tls-cert (this client's)", field="--tls-cert")
+    if scheduler is None or not scheduler.startswith("tls://"):
+        raise FormatError(f"TLS certificates given, but --scheduler {scheduler} is not a "
+                          "tls:// address", field="--scheduler")
+    from distributed.security import Security
+    return Security(tls_ca_file=ca_file, tls_client_cert=cert, tls_client_key=key,
+                    require_encryption=True)
 
 
 @contextmanager
@@ -48,7 +81,7 @@ def dask_client(options: ClusterOptions, worker_names: tuple[str, ...] = ()):
         return
     if options.scheduler:
         log.info("connecting to Dask scheduler %s", options.scheduler)
-        with Client(options.scheduler) as client:
+        with Client(options.scheduler, security=options.security) as client:
             _log_dashboard(client)
             _require_workers(client, worker_names)
             yield client
@@ -91,7 +124,7 @@ def local_cluster(workers: int, memory_limit: str | int = "auto",
 
     with dask.config.set(WORKER_ENVIRON):
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                            memory_limit=memory_limit, dashboard_address=":0",
+                            memory_limit=memory_limit, dashboard_address="127.0.0.1:0",
                             silence_logs=worker_logs, **kwargs)
 
 
@@ -122,7 +155,7 @@ def _named_cluster(names, memory_limit, worker_logs: int = QUIET_WORKER_LOGS):
 
     with dask.config.set(WORKER_ENVIRON):
         return SpecCluster(workers=workers, silence_logs=worker_logs,
-                           scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0",
+                           scheduler={"cls": Scheduler, "options": {"dashboard_address": "127.0.0.1:0",
                                                                     "host": "127.0.0.1"}})
 
 

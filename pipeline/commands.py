@@ -105,7 +105,8 @@ def _worker_bytes(cluster: ClusterOptions) -> int | None:
 def _on(cluster: ClusterOptions) -> dict:
     """The API's cluster keywords for the CLI's ``ClusterOptions``."""
     return dict(scheduler=cluster.scheduler, workers=cluster.workers,
-                memory_limit=cluster.memory_limit, progress=cluster.progress)
+                memory_limit=cluster.memory_limit, progress=cluster.progress,
+                security=cluster.security)
 
 
 def _summary(graph) -> str:

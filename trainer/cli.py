@@ -27,6 +27,7 @@ from formats.errors import FormatError
 from formats.partitioned import load_partitioned
 
 from .config import FAIL_MODES, SCORERS, TASKS, TrainConfig, task_target
+from .netif import IFACE_HELP, configure_rank
 
 log = logging.getLogger("trainer")
 
@@ -106,6 +107,7 @@ class OneLineErrors(click.Command):
                                         "the same seed gives the same run.")
 @click.option("--rpc-timeout", default=30.0, help="Seconds before an RPC or collective to a "
                                                   "silent rank fails (and ends the job).")
+@click.option("--iface", default=None, help=IFACE_HELP)
 @click.option("--prefetch", default=2, help="Batches sampled ahead by the background loader.")
 @click.option("--cache-mb", default=64.0,
               help="Per rank: cache the input features of the halo nodes its part references "
@@ -129,7 +131,7 @@ class OneLineErrors(click.Command):
 @click.option("--fail-rank", default=None, type=int, hidden=True)
 @click.option("--fail-mode", default="raise", type=click.Choice(FAIL_MODES), hidden=True)
 @click.option("--fail-epoch", default=0, hidden=True)
-def main(graph, threads, verbose, **options):
+def main(graph, threads, verbose, iface, **options):
     """Train GraphSAGE on the parts made by `prep dispatch`: node classification or link
     prediction; DDP for gradients, torch.distributed.rpc for remote sampling and features.
 
@@ -152,7 +154,7 @@ def main(graph, threads, verbose, **options):
         from .launch import launch_local
         log.info("launching %d ranks: %d parts x %d", world, meta.num_parts, cfg.ranks_per_part)
         sys.exit(launch_local(sys.argv[1:], world))
-    _run_as_rank(cfg, meta, int(rank), threads)
+    _run_as_rank(cfg, meta, int(rank), threads, iface)
 
 
 def start_command(graph: str, verbose: bool):
@@ -198,9 +200,10 @@ def _check_data(meta, p: int, rank: int, verify_data: bool) -> None:
              time.perf_counter() - start, "full" if verify_data else "sampled")
 
 
-def _run_as_rank(cfg, meta, rank: int, threads: int) -> None:
+def _run_as_rank(cfg, meta, rank: int, threads: int, iface: str | None) -> None:
     from .launch import watch_launcher
     watch_launcher(rank)
+    configure_rank(iface, cfg.device)
     _check_data(meta, rank // cfg.ranks_per_part, rank, cfg.verify_data)
     import torch
 

@@ -30,6 +30,7 @@ import click
 from formats.console import show_progress
 
 from .cli import OneLineErrors, start_command
+from .netif import IFACE_HELP, configure_rank
 
 log = logging.getLogger("trainer")
 
@@ -50,10 +51,12 @@ log = logging.getLogger("trainer")
               help="Where the layers run (cuda: one GPU per rank, by LOCAL_RANK).")
 @click.option("--rpc-timeout", default=60.0, help="Seconds before a request to a silent rank "
                                                   "fails.")
+@click.option("--iface", default=None, help=IFACE_HELP)
 @click.option("--threads", default=0, help="torch threads per rank; 0 = cores / ranks.")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on rank 0.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every rank, not only rank 0.")
-def main(graph, checkpoint, out, batch_size, device, rpc_timeout, threads, progress, verbose):
+def main(graph, checkpoint, out, batch_size, device, rpc_timeout, iface, threads, progress,
+         verbose):
     """Write node embeddings (and class predictions) of a trained checkpoint for every node,
     by original ID, with exact full-neighbor inference.
 
@@ -73,6 +76,7 @@ def main(graph, checkpoint, out, batch_size, device, rpc_timeout, threads, progr
         from .launch import launch_local
         log.info("launching %d ranks, one per part", meta.num_parts)
         sys.exit(launch_local(sys.argv[1:], meta.num_parts))
+    configure_rank(iface, device)
     import torch
     torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) //
                                          int(os.environ.get("LOCAL_WORLD_SIZE", 1))))

@@ -1,8 +1,8 @@
 """One rendezvous for the process group (DDP) and RPC, from ``torchrun``-style env vars.
 
-``MASTER_ADDR``/``MASTER_PORT`` name a TCP store (created by rank 0, or by ``torchrun``'s agent);
-the gloo/nccl process group runs on it, and rank 0 picks a free port for RPC at runtime and
-publishes it there. No port is a constant.
+``MASTER_ADDR``/``MASTER_PORT`` name a TCP store (created by rank 0, listening on that address
+only, or by ``torchrun``'s agent); the gloo/nccl process group and the RPC group meet on it.
+No port is a constant.
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from datetime import timedelta
 
 import torch.distributed as dist
 from torch.distributed import rpc
+from torch.distributed.rendezvous import register_rendezvous_handler
 
-from .launch import free_port  # torch-free home (the launcher needs it); used here too
+from .netif import NetworkSetupError, resolve
 from .service import rank_name
-
-RPC_PORT_KEY = "graphprep/rpc_port"
 
 
 @dataclass(frozen=True)
@@ -46,36 +45,52 @@ class RankEnv:
 
 
 def start(env: RankEnv, backend: str, timeout_s: float) -> None:
-    """Join the process group and the RPC group; every blocking call is bounded by
-    ``timeout_s`` so a dead peer ends this rank with an error instead of a hang."""
+    """Join the process group and the RPC group, both on the one store at ``MASTER_ADDR``;
+    every blocking call is bounded by ``timeout_s`` so a dead peer ends this rank with an
+    error instead of a hang. Call ``trainer.netif`` first: it picks the interface the process
+    groups listen on."""
     timeout = timedelta(seconds=timeout_s)
-    store = dist.TCPStore(env.master_addr, env.master_port, env.world_size,
-                          is_master=env.rank == 0 and not env.agent_store, timeout=timeout)
+    store = _store(env, timeout)
     dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
                             world_size=env.world_size, timeout=timeout)
-    if env.rank == 0:
-        store.set(RPC_PORT_KEY, str(free_port(_bind_host(env.master_addr))))
-    port = int(store.get(RPC_PORT_KEY))
-    options = rpc.TensorPipeRpcBackendOptions(
-        init_method=f"tcp://{env.master_addr}:{port}", rpc_timeout=timeout_s,
-        num_worker_threads=16)
-    # torch's tcp:// rendezvous makes every rank a client when torchrun's agent hosts the
-    # store; the RPC store on the port rank 0 just picked is hosted by rank 0 itself.
-    agent = os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-    try:
-        rpc.init_rpc(rank_name(env.rank), rank=env.rank, world_size=env.world_size,
-                     rpc_backend_options=options)
-    finally:
-        if agent is not None:
-            os.environ["TORCHELASTIC_USE_AGENT_STORE"] = agent
+    _rpc_store[:] = [dist.PrefixStore("rpc", store)]
+    options = rpc.TensorPipeRpcBackendOptions(init_method=f"{RPC_SCHEME}://",
+                                              rpc_timeout=timeout_s, num_worker_threads=16)
+    rpc.init_rpc(rank_name(env.rank), rank=env.rank, world_size=env.world_size,
+                 rpc_backend_options=options)
 
 
-def _bind_host(addr: str) -> str:
+def _store(env: RankEnv, timeout: timedelta) -> dist.TCPStore:
+    """The job's store: hosted by torchrun's agent, or by rank 0 listening on ``MASTER_ADDR``
+    only (torch's own server would listen on every interface: anyone reaching the port could
+    write into the job's rendezvous)."""
+    if env.rank != 0 or env.agent_store:
+        return dist.TCPStore(env.master_addr, env.master_port, env.world_size, False,
+                             timeout=timeout)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        socket.inet_aton(addr)
-        return addr
-    except OSError:
-        return socket.gethostbyname(addr)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((resolve(env.master_addr), env.master_port))
+        listener.listen(max(128, env.world_size))
+    except OSError as err:
+        listener.close()
+        raise NetworkSetupError(f"rank 0 cannot listen on MASTER_ADDR={env.master_addr} "
+                                f"port {env.master_port}: {err}") from None
+    return dist.TCPStore(env.master_addr, env.master_port, env.world_size, True,
+                         timeout=timeout, master_listen_fd=listener.detach())
+
+
+# RPC meets on the job's store through this rendezvous scheme: its tcp:// scheme would start
+# a second store server on every interface, on a port rank 0 would have to pick and publish.
+RPC_SCHEME = "graphprep"
+_rpc_store: list = []
+
+
+def _rpc_rendezvous(url: str, **kwargs):
+    yield _rpc_store[0], kwargs.get("rank", -1), kwargs.get("world_size", -1)
+
+
+register_rendezvous_handler(RPC_SCHEME, _rpc_rendezvous)
 
 
 def stop() -> None:

@@ -1,0 +1,298 @@
+"""Two hosts for real (``pytest -m multihost``; in the default run where namespaces can be made).
+
+Host A (``TwoHosts.a``) runs the Dask scheduler and worker ``m0``, host B worker ``m1``; the
+commands are the README's "Run on a cluster" walkthrough. Checked: the pipeline through the
+scheduler with parts delivered per host and verified where they lie; a worker restarting
+during dispatch; TLS (refusals included) giving the same bytes; torchrun on both hosts with no
+interface variables reproducing a local run while every rank listens on its host's address
+only; and the loss of host B mid-epoch ending host A's job in bounded time, naming the host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import shared_data
+from faultkit import tree_hash
+from hostsim import BIN, ROOT, TwoHosts, listening, netns_unavailable
+
+_why = netns_unavailable()
+pytestmark = [pytest.mark.multihost,
+              pytest.mark.skipif(_why is not None, reason=_why or "")]
+
+DASK = os.path.join(BIN, "dask")
+PREP = os.path.join(BIN, "prep")
+SCHEDULER_PORT = 8786
+TRAIN = ("--fanouts", "5,5", "--batch-size", 64, "--epochs", 2, "--threads", 1,
+         "--no-progress")
+
+
+def wait_for_workers(host, address: str, names, timeout: float = 60, **tls) -> None:
+    """Block until the scheduler at ``address`` lists workers of all ``names``."""
+    code = ("import sys, time; from distributed import Client; from pipeline.cluster import "
+            "tls_security; c = Client(sys.argv[1], security=tls_security(sys.argv[1], "
+            "*(a or None for a in sys.argv[3:6])), timeout=30); want = set(sys.argv[2]."
+            "split(',')); t = time.time()\n"
+            "while want - {w['name'] for w in c.scheduler_info(n_workers=-1)['workers']."
+            "values()}:\n  assert time.time() - t < 60, c.scheduler_info()\n  time.sleep(0.2)")
+    done = host.run(sys.executable, "-c", code, address, ",".join(names),
+                    tls.get("ca", ""), tls.get("cert", ""), tls.get("key", ""),
+                    timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def start_cluster(hosts, tmp, port: int = SCHEDULER_PORT, tls: dict | None = None):
+    """The README's commands: ``dask scheduler`` and worker m0 on A, worker m1 on B."""
+    flags = []
+    if tls:
+        flags = ["--tls-ca-file", tls["ca"], "--tls-cert", tls["cert"], "--tls-key", tls["key"]]
+    proto = "tls" if tls else "tcp"
+    address = f"{proto}://{hosts.a.address}:{port}"
+    hosts.a.start(DASK, "scheduler", "--host", hosts.a.address, "--port", port,
+                  "--protocol", proto, "--dashboard-address", f"{hosts.a.address}:0", *flags,
+                  log=tmp / f"scheduler-{proto}.log")
+    for host, name in ((hosts.a, "m0"), (hosts.b, "m1")):
+        host.start(DASK, "worker", address, "--name", name, "--host", host.address,
+                   "--nthreads", 1, "--memory-limit", "2GiB", "--no-dashboard",
+                   "--local-directory", tmp / f"dask-{name}-{proto}", *flags,
+                   log=tmp / f"worker-{name}-{proto}.log")
+    wait_for_workers(hosts.a, address, ("m0", "m1"), **(tls or {}))
+    return address
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    with TwoHosts() as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def cluster(hosts, tmp_path_factory):
+    """``(scheduler address, folder)``: the plain-TCP cluster across both hosts."""
+    tmp = tmp_path_factory.mktemp("multihost")
+    return start_cluster(hosts, tmp), tmp
+
+
+def prep_on_a(hosts, *args, timeout=300):
+    done = hosts.a.run(PREP, *args, "--no-progress", timeout=timeout)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def dispatched(hosts, cluster):
+    """Cora chunked, partitioned in 2 and dispatched to m0 (host A) and m1 (host B), all
+    through the scheduler. Returns (folder, dispatch seconds)."""
+    address, tmp = cluster
+    on = ("--scheduler", address)
+    prep_on_a(hosts, "chunk", shared_data("planetoid"), tmp / "G", "--name", "cora", *on)
+    prep_on_a(hosts, "partition", tmp / "G", tmp / "A", "-p", 2, "--method", "metis", *on)
+    start = time.monotonic()
+    prep_on_a(hosts, "dispatch", tmp / "G", tmp / "A", tmp / "D", "--machines", "m0,m1", *on)
+    return tmp, time.monotonic() - start
+
+
+def test_pipeline_delivers_each_part_to_its_host_and_verifies_there(hosts, cluster,
+                                                                    dispatched):
+    address, _ = cluster
+    tmp, seconds = dispatched
+    graph = json.loads((tmp / "D" / "graph.json").read_text())
+    assert [(p["path"], p["machine"]) for p in graph["parts"]] == [("m0/part-0", "m0"),
+                                                                    ("m1/part-1", "m1")]
+    done = prep_on_a(hosts, "verify", tmp / "G", tmp / "D", "--scheduler", address)
+    assert "verified: 10,556 edges and 2,708 nodes" in done.stdout
+    # The same dispatch on one host (an embedded cluster of workers m0 and m1): same bytes.
+    start = time.monotonic()
+    prep_on_a(hosts, "dispatch", tmp / "G", tmp / "A", tmp / "D1", "--machines", "m0,m1")
+    one_host = time.monotonic() - start
+    assert tree_hash(tmp / "D1" / "m1") == tree_hash(tmp / "D" / "m1")
+    print(f"dispatch: two hosts {seconds:.1f} s, one host {one_host:.1f} s")
+
+
+def test_worker_restarting_during_dispatch_gives_the_same_bytes(hosts, cluster, dispatched):
+    address, _ = cluster
+    tmp, _ = dispatched
+    run = hosts.a.start(PREP, "dispatch", tmp / "G", tmp / "A", tmp / "D2", "--machines",
+                        "m0,m1", "--scheduler", address, "--no-progress",
+                        "--lost-worker-timeout", 30, log=tmp / "dispatch-restart.log")
+    nanny = next(p for p in hosts.b.procs if "worker" in p.args)
+    # m1's worker process is the nanny's child: kill it once the dispatch has begun.
+    deadline = time.monotonic() + 60
+    while not (tmp / ".D2.partial").exists():
+        assert run.poll() is None and time.monotonic() < deadline, \
+            (tmp / "dispatch-restart.log").read_text()
+        time.sleep(0.05)
+    worker = psutil.Process(nanny.pid).children(recursive=True)
+    victims = [p for p in worker if "spawn_main" in " ".join(p.cmdline())]
+    assert victims, [p.cmdline() for p in worker]
+    for p in victims:
+        p.kill()
+    start = time.monotonic()
+    code = run.wait(timeout=120)
+    log = (tmp / "dispatch-restart.log").read_text()
+    if code == 0:
+        assert tree_hash(tmp / "D2" / "m1") == tree_hash(tmp / "D" / "m1"), log
+        assert tree_hash(tmp / "D2" / "m0") == tree_hash(tmp / "D" / "m0"), log
+    else:   # bounded and named, as on one host
+        assert time.monotonic() - start < 60 and "m1" in log, log
+    wait_for_workers(hosts.a, address, ("m0", "m1"))       # the nanny brought m1 back
+
+
+def torchrun(host, hosts, graph, node_rank: int, tmp, *args, name: str, port: int = 29500):
+    """``torchrun`` for one rank on ``host``, as the README's per-host line (no interface
+    variables); started, not waited for."""
+    return host.start(sys.executable, "-m", "torch.distributed.run", "--nnodes", 2,
+                      "--nproc-per-node", 1, "--node-rank", node_rank, "--master-addr",
+                      hosts.a.address, "--master-port", port, "-m", "trainer", "--graph", graph,
+                      "--checkpoint-dir", tmp / f"ckpt-{name}-{node_rank}", *map(str, args),
+                      log=tmp / f"{name}-{node_rank}.log")
+
+
+def _ranks(proc) -> list[psutil.Process]:
+    """The trainer rank processes under a torchrun started by ``Host.start``."""
+    ranks = []
+    try:
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            cmd = " ".join(p.cmdline())
+            if "trainer" in cmd and "torch.distributed.run" not in cmd:
+                ranks.append(p)
+    except psutil.Error:          # gone or a zombie meanwhile
+        pass
+    return ranks
+
+
+def test_torchrun_on_two_hosts_matches_a_local_run_and_listens_on_its_host_only(
+        hosts, dispatched):
+    tmp, _ = dispatched
+    graph = tmp / "D" / "graph.json"
+    local = subprocess.run([sys.executable, "-m", "trainer", "--graph", graph, *map(str, TRAIN),
+                            "--metrics-out", tmp / "local.json", "--checkpoint-dir",
+                            tmp / "ckpt-local"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300)
+    assert local.returncode == 0, local.stderr[-3000:]
+    procs = [torchrun(h, hosts, graph, r, tmp, *TRAIN, "--metrics-out",
+                      tmp / f"two-hosts-{r}.json", name="two-hosts")
+             for r, h in enumerate((hosts.a, hosts.b))]
+    seen = {0: set(), 1: set()}
+    while any(p.poll() is None for p in procs):
+        for r, p in enumerate(procs):
+            for rank in _ranks(p):
+                try:
+                    seen[r] |= listening(rank.pid)
+                except (OSError, StopIteration):
+                    pass
+        time.sleep(0.2)
+    logs = [(tmp / f"two-hosts-{r}.log").read_text() for r in range(2)]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    assert f"network interface {hosts.a.iface} ({hosts.a.address}" in logs[0], logs[0][-3000:]
+    for r, host in enumerate((hosts.a, hosts.b)):
+        assert seen[r] and {addr for addr, _ in seen[r]} == {host.address}, (r, seen[r])
+    expect = json.loads((tmp / "local.json").read_text())
+    got = json.loads((tmp / "two-hosts-0.json").read_text())
+    assert [e["loss"] for e in got["epochs"]] == pytest.approx(
+        [e["loss"] for e in expect["epochs"]], rel=1e-5)
+    assert got["summary"]["test_acc"] == pytest.approx(expect["summary"]["test_acc"], abs=0.01)
+    mean = lambda m: sum(e["epoch_s"] for e in m["epochs"]) / len(m["epochs"])   # noqa: E731
+    rpc = got["epochs"][-1]["rpc_bytes_sent"] + got["epochs"][-1]["rpc_bytes_received"]
+    print(f"epoch: two hosts {mean(got):.2f} s, one host {mean(expect):.2f} s; "
+          f"rank 0 RPC bytes in the last epoch {rpc / 1e6:.2f} MB")
+
+
+def test_losing_host_b_mid_epoch_ends_host_a_naming_it(hosts, dispatched):
+    tmp, _ = dispatched
+    graph = tmp / "D" / "graph.json"
+    timeout = 10
+    args = ("--fanouts", "5,5", "--batch-size", 16, "--epochs", 50, "--threads", 1,
+            "--no-progress", "--rpc-timeout", timeout, "--eval-batch-size", 64)
+    procs = [torchrun(h, hosts, graph, r, tmp, *args, name="loss", port=29510)
+             for r, h in enumerate((hosts.a, hosts.b))]
+    log_a = tmp / "loss-0.log"
+    deadline = time.monotonic() + 120
+    while "epoch 1:" not in log_a.read_text():
+        assert all(p.poll() is None for p in procs) and time.monotonic() < deadline, \
+            log_a.read_text()[-3000:] + (tmp / "loss-1.log").read_text()[-3000:]
+        time.sleep(0.1)
+    time.sleep(0.5)                                                # well into epoch 2
+    lost = time.monotonic()
+    victims = [psutil.Process(procs[1].pid), *_ranks(procs[1])]
+    hosts.b.kill(procs[1])
+    for p in victims:                                              # torchrun's own sessions
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    code = procs[0].wait(timeout=timeout + 60)
+    took = time.monotonic() - lost
+    text = log_a.read_text()
+    assert code != 0, text[-3000:]
+    assert took < timeout + 15, (took, text[-3000:])
+    assert re.search(rf"rank 1|{re.escape(hosts.b.address)}", text), text[-3000:]
+    time.sleep(1)
+    left = [p for h in (hosts.a, hosts.b) for p in map(psutil.Process, h.pids())
+            if "trainer" in " ".join(p.cmdline())]
+    assert not left, [p.cmdline() for p in left]
+    print(f"host B lost: host A's job exited {code} after {took:.1f} s "
+          f"(--rpc-timeout {timeout} s)")
+
+
+def make_certificates(folder) -> dict:
+    """A CA, a certificate for the cluster and the client signed by it, and one signed by a
+    stranger CA: PEM files, made with openssl."""
+    def run(*cmd):
+        done = subprocess.run(["openssl", *map(str, cmd)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+
+    folder.mkdir(exist_ok=True)
+    out = {}
+    for ca in ("ca", "stranger-ca"):
+        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", 2, "-subj", f"/CN={ca}",
+            "-keyout", folder / f"{ca}.key", "-out", folder / f"{ca}.pem")
+    for name, ca in (("node", "ca"), ("stranger", "stranger-ca")):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout",
+            folder / f"{name}.key", "-out", folder / f"{name}.csr")
+        run("x509", "-req", "-in", folder / f"{name}.csr", "-CA", folder / f"{ca}.pem",
+            "-CAkey", folder / f"{ca}.key", "-CAcreateserial", "-days", 2,
+            "-out", folder / f"{name}.pem")
+    for name in ("ca", "node", "stranger", "stranger-ca"):
+        out[name] = str(folder / f"{name}.pem")
+        out[f"{name}-key"] = str(folder / f"{name}.key")
+    return out
+
+
+@pytest.mark.skipif(not __import__("shutil").which("openssl"), reason="needs openssl")
+def test_tls_cluster_gives_the_same_bytes_and_refuses_strangers(hosts, dispatched):
+    tmp, _ = dispatched
+    certs = make_certificates(tmp / "certs")
+    good = {"ca": certs["ca"], "cert": certs["node"], "key": certs["node-key"]}
+    address = start_cluster(hosts, tmp, port=8796, tls=good)
+    tls = ("--tls-ca-file", good["ca"], "--tls-cert", good["cert"], "--tls-key", good["key"])
+    prep_on_a(hosts, "dispatch", tmp / "G", tmp / "A", tmp / "DT", "--machines", "m0,m1",
+              "--scheduler", address, *tls)
+    for m in ("m0", "m1"):
+        assert tree_hash(tmp / "DT" / m) == tree_hash(tmp / "D" / m)
+    # A client without certificates, or with a stranger CA's, is refused with a clear error.
+    plain = hosts.a.run(PREP, "verify", tmp / "G", tmp / "DT", "--scheduler", address,
+                        "--no-progress", timeout=120)
+    assert plain.returncode == 2 and "needs certificates" in plain.stderr, plain.stderr
+    stranger = hosts.a.run(PREP, "verify", tmp / "G", tmp / "DT", "--scheduler", address,
+                           "--tls-ca-file", certs["stranger-ca"], "--tls-cert",
+                           certs["stranger"], "--tls-key", certs["stranger-key"],
+                           "--no-progress", timeout=120, DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="5s")
+    assert stranger.returncode != 0 and "Traceback" not in stranger.stderr, stranger.stderr
+    # A worker with a stranger's certificate never joins.
+    intruder = hosts.b.start(DASK, "worker", address, "--name", "intruder", "--host",
+                             hosts.b.address, "--nthreads", 1, "--no-dashboard",
+                             "--tls-ca-file", certs["stranger-ca"], "--tls-cert",
+                             certs["stranger"], "--tls-key", certs["stranger-key"],
+                             "--death-timeout", 8, log=tmp / "intruder.log")
+    assert intruder.wait(timeout=60) != 0, (tmp / "intruder.log").read_text()[-2000:]
+    done = prep_on_a(hosts, "verify", tmp / "G", tmp / "DT", "--scheduler", address, *tls)
+    assert "verified" in done.stdout

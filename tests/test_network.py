@@ -1,0 +1,116 @@
+"""The trust model on one host: which interface ranks choose and listen on, what the embedded
+Dask cluster listens on, and file modes that follow the user's umask. (Two hosts:
+test_multihost.py.)"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from conftest import dispatched
+from hostsim import ROOT, listening
+from trainer import netif
+
+
+def test_loopback_master_picks_lo_and_fills_unset_variables_only():
+    env = {"TP_SOCKET_IFNAME": "mine"}
+    chosen = netif.configure("127.0.0.1", multi_host=False, environ=env, cuda=True)
+    assert chosen.address == "127.0.0.1" and chosen.is_loopback
+    assert env == {"TP_SOCKET_IFNAME": "mine", "GLOO_SOCKET_IFNAME": chosen.name,
+                   "NCCL_SOCKET_IFNAME": chosen.name}
+
+
+def test_iface_overrides_everything_and_an_unknown_one_is_named():
+    lo = netif.choose("127.0.0.1").name
+    env = {"GLOO_SOCKET_IFNAME": "eth9"}
+    assert netif.configure("127.0.0.1", multi_host=False, iface=lo, environ=env).how == "--iface"
+    assert env == {"GLOO_SOCKET_IFNAME": lo, "TP_SOCKET_IFNAME": lo}
+    with pytest.raises(netif.NetworkSetupError, match=r"--iface nosuch0: no such interface.*"
+                                                       rf"{lo}"):
+        netif.choose("127.0.0.1", "nosuch0")
+
+
+def test_a_multi_host_job_on_loopback_is_refused_and_unresolvable_master_named(monkeypatch):
+    with pytest.raises(netif.NetworkSetupError, match="MASTER_ADDR=localhost leads to the "
+                                                      "loopback address"):
+        netif.configure("localhost", multi_host=True, environ={})
+    assert netif.configure("localhost", multi_host=None, environ={}).is_loopback
+    # unknown span: a MASTER_ADDR other than 127.0.0.1/localhost means other hosts, so a name
+    # that resolves to loopback here (stock Debian's hostname) is refused
+    monkeypatch.setattr(netif, "choose", lambda *a: netif.Interface("lo", "127.0.1.1", "test"))
+    with pytest.raises(netif.NetworkSetupError, match="MASTER_ADDR=node-a leads to"):
+        netif.configure("node-a", multi_host=None, environ={})
+    with pytest.raises(netif.NetworkSetupError, match="MASTER_ADDR=no-such-host.invalid: "
+                                                      "cannot resolve"):
+        netif.route_source("no-such-host.invalid")
+
+
+@pytest.fixture(scope="module")
+def cora_two_parts(scheduler, cora_chunked, tmp_path_factory):
+    return dispatched(scheduler, cora_chunked, tmp_path_factory.mktemp("net") / "d", 2)
+
+
+def test_multi_host_rank_on_loopback_names_the_variable(cora_two_parts):
+    env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="1", LOCAL_RANK="0",
+               MASTER_ADDR="localhost", MASTER_PORT="1")
+    env.pop("GRAPHPREP_LAUNCHER_PID", None)
+    proc = subprocess.run([sys.executable, "-m", "trainer", "--graph", cora_two_parts,
+                           "--no-progress"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "set MASTER_ADDR to rank 0's address" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def assert_umask_027(*folders) -> None:
+    """Every file and folder under ``folders`` lacks the bits umask 027 removes."""
+    checked = 0
+    for top in folders:
+        for folder, _, files in os.walk(top):
+            for path in [folder] + [os.path.join(folder, f) for f in files]:
+                mode = stat.S_IMODE(os.stat(path).st_mode)
+                assert mode & 0o027 == 0, (path, oct(mode))
+                checked += 1
+    assert checked >= 2, folders
+
+
+def test_local_ranks_listen_on_loopback_only_and_checkpoints_follow_the_umask(cora_two_parts,
+                                                                              tmp_path):
+    import psutil
+    proc = subprocess.Popen([sys.executable, "-m", "trainer", "--graph", cora_two_parts,
+                             "--epochs", "1", "--fanouts", "5,5", "--threads", "1",
+                             "--no-progress", "--checkpoint-dir", str(tmp_path / "ckpt")],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, umask=0o027)
+    seen = set()
+    while proc.poll() is None:
+        try:
+            for rank in psutil.Process(proc.pid).children():
+                seen |= listening(rank.pid)
+        except (psutil.Error, OSError):
+            pass
+    assert proc.returncode == 0, proc.stderr.read()[-3000:]
+    assert seen and {addr for addr, _ in seen} == {"127.0.0.1"}, seen
+    assert_umask_027(tmp_path / "ckpt")
+
+
+def test_embedded_cluster_listens_on_loopback_only(scheduler):
+    # the session's embedded scheduler (and its dashboard) run in this process
+    assert scheduler.startswith("tcp://127.0.0.1:")
+    assert {addr for addr, _ in listening(os.getpid())} <= {"127.0.0.1"}
+
+
+def test_dispatch_output_follows_the_umask(cora_chunked, cora_two_parts, tmp_path):
+    """Dispatch on an embedded cluster started under umask 027: its workers write nothing
+    world-readable or group-writable."""
+    prep = os.path.join(os.path.dirname(sys.executable), "prep")
+    assignment = f"{os.path.dirname(cora_two_parts)}-a"
+    done = subprocess.run([prep, "dispatch", str(cora_chunked), assignment, str(tmp_path / "d"),
+                           "--no-progress"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, umask=0o027)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_umask_027(tmp_path / "d")

@@ -136,14 +136,10 @@ def _graph_result(out: str, graph, **extra) -> GraphResult:
     return GraphResult(out, graph, **extra)
 
 
-def partition(chunked: str, out: str, *, num_parts: int, method: str = "random",
-              coarse_edges: int | None = None, balance: tuple[str, ...] = (),
-              objective: str = "cut", imbalance: float = 0.03, seed: int = 0,
-              dgl_compat: bool = False, overwrite: bool = False, client=None,
-              **cluster) -> AssignmentResult:
-    """A partition id per node of every type of ``chunked`` into the assignment folder ``out``
-    (see ``prep partition --help`` for the methods and what each holds in memory)."""
-    from .partition import PartitionOptions, run_partition
+def balance_constraints(balance: str | tuple[str, ...], method: str) -> tuple[str, ...]:
+    """``--balance`` (comma-separated, or a tuple) as a tuple of known constraint names for
+    ``method``; raises ``FormatError`` naming the option for an unknown name, or any
+    constraint with ``random``."""
     from .partition.base import BALANCE_KEYS
 
     balance = tuple(balance.split(",") if isinstance(balance, str) else balance)
@@ -155,6 +151,19 @@ def partition(chunked: str, out: str, *, num_parts: int, method: str = "random",
     if balance and method == "random":
         raise FormatError("balance constraints apply to --method metis and multilevel "
                           "(random is exactly balanced per node type)", field="--balance")
+    return balance
+
+
+def partition(chunked: str, out: str, *, num_parts: int, method: str = "random",
+              coarse_edges: int | None = None, balance: tuple[str, ...] = (),
+              objective: str = "cut", imbalance: float = 0.03, seed: int = 0,
+              dgl_compat: bool = False, overwrite: bool = False, client=None,
+              **cluster) -> AssignmentResult:
+    """A partition id per node of every type of ``chunked`` into the assignment folder ``out``
+    (see ``prep partition --help`` for the methods and what each holds in memory)."""
+    from .partition import PartitionOptions, run_partition
+
+    balance = balance_constraints(balance, method)
     out = _abs(out)
     meta = run_partition(_abs(chunked), out, method,
                          PartitionOptions(num_parts, seed, balance, objective, imbalance,

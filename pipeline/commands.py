@@ -252,9 +252,9 @@ def partition(chunked, out, num_parts, method, coarse_edges, balance, objective,
     if dry_run:
         from .estimate import estimate_partition
         click.echo(estimate_partition(
-            load_chunked_graph(chunked), method, num_parts, tuple(k for k in balance.split(",")
-                                                                  if k),
-            coarse_edges, _worker_bytes(cluster)).describe())
+            load_chunked_graph(chunked), method, num_parts,
+            api.balance_constraints(balance, method), coarse_edges,
+            _worker_bytes(cluster)).describe())
         return
     result = api.partition(chunked, out, num_parts=num_parts, method=method,
                            coarse_edges=coarse_edges, balance=balance, objective=objective,

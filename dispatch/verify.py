@@ -26,7 +26,7 @@ import numpy as np
 
 from formats import ChunkedGraph, EdgeType, FormatError, load_chunked_graph
 from formats.npyio import npy_header_of, read_rows
-from formats.output import write_array_chunk
+from formats.output import is_disk_full, write_array_chunk
 from formats.partitioned import PartitionedGraph, load_partitioned
 from formats.validate import read_checked_edges
 from pipeline.arrayops import unique_ints
@@ -200,6 +200,11 @@ def check_part(task: tuple[VerifyPlan, int]) -> str | None:
         return _check_part(plan, p)
     except DamagedFile as err:
         return str(err)
+    except OSError as err:
+        if is_disk_full(err):    # our scratch buckets, not the part: say so, as a failure
+            raise
+        return f"part {p}: its files cannot be read as dispatch wrote them " \
+               f"({type(err).__name__}: {err})"
     except Exception as err:  # noqa: BLE001 - whatever a damaged part makes numpy raise
         return f"part {p}: its files cannot be read as dispatch wrote them " \
                f"({type(err).__name__}: {err})"

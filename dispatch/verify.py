@@ -30,7 +30,7 @@ from formats.output import is_disk_full, write_array_chunk
 from formats.partitioned import PartitionedGraph, load_partitioned
 from formats.validate import read_checked_edges
 from pipeline.arrayops import unique_ints
-from pipeline.cluster import ClusterOptions, TaskRunner, dask_client
+from pipeline.cluster import ClusterOptions, TaskRunner, dask_client, workers_info
 from .plan import RANGE_SIZE, data_fields
 
 
@@ -422,6 +422,17 @@ def _raise_first(results: list) -> None:
             raise VerifyError(problem)
 
 
+def _holders(client, parts: PartitionedGraph) -> list[str | None] | None:
+    """Per part, the worker of the machine that holds it (``dispatch --machines``) when the
+    cluster has a worker of every such name: each part is then read where it lies. Else None:
+    parts are read by any worker (they must reach the output, as on one host)."""
+    holders = [info.machine or None for info in parts.parts]
+    names = {w.get("name") for w in workers_info(client).values()}
+    if not any(holders) or not set(filter(None, holders)) <= names:
+        return None
+    return holders
+
+
 def run_verify(chunked: str, partitioned: str, cluster: ClusterOptions,
                nan_policy: str = "error") -> dict:
     """Check ``partitioned`` against ``chunked``; raises :class:`VerifyError` on the first
@@ -436,14 +447,11 @@ def run_verify(chunked: str, partitioned: str, cluster: ClusterOptions,
     try:
         plan = VerifyPlan(graph, parts, work, node_fields=node_fields, edge_fields=edge_fields)
         _raise_first([check_feature_specs(plan)])
-        # Each part is read on the worker of the machine that holds it (dispatch --machines);
-        # the phases after it read only the input and the scratch buckets.
-        holders = [info.machine or None for info in parts.parts]
-        with dask_client(cluster, tuple(dict.fromkeys(h for h in holders if h))) as client:
+        with dask_client(cluster) as client:
             run = TaskRunner(client, cluster.progress)
             # Phase 2 reads what phase 1 vouched for: a damaged part stops the run here.
             _raise_first(run(check_part, [(plan, p) for p in range(parts.num_parts)],
-                             "verify parts", workers=holders if any(holders) else None))
+                             "verify parts", workers=_holders(client, parts)))
             _raise_first(run(check_edge_chunk, [
                 (plan, et, k, graph.path(f), int(s), int(s) + n)
                 for et in graph.edge_types

@@ -200,12 +200,9 @@ def check_part(task: tuple[VerifyPlan, int]) -> str | None:
         return _check_part(plan, p)
     except DamagedFile as err:
         return str(err)
-    except OSError as err:
-        if is_disk_full(err):    # our scratch buckets, not the part: say so, as a failure
-            raise
-        return f"part {p}: its files cannot be read as dispatch wrote them " \
-               f"({type(err).__name__}: {err})"
     except Exception as err:  # noqa: BLE001 - whatever a damaged part makes numpy raise
+        if is_disk_full(err):    # our scratch buckets, not the part: a failure, said as such
+            raise
         return f"part {p}: its files cannot be read as dispatch wrote them " \
                f"({type(err).__name__}: {err})"
 

@@ -154,9 +154,9 @@ def _named_cluster(names, memory_limit, worker_logs: int = QUIET_WORKER_LOGS):
     import dask
 
     with dask.config.set(WORKER_ENVIRON):
-        return SpecCluster(workers=workers, silence_logs=worker_logs,
-                           scheduler={"cls": Scheduler, "options": {"dashboard_address": "127.0.0.1:0",
-                                                                    "host": "127.0.0.1"}})
+        scheduler = {"cls": Scheduler, "options": {"dashboard_address": "127.0.0.1:0",
+                                                   "host": "127.0.0.1"}}
+        return SpecCluster(workers=workers, silence_logs=worker_logs, scheduler=scheduler)
 
 
 class LostWorkerError(RuntimeError):

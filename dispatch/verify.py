@@ -4,11 +4,16 @@ Phase 0, on the client: graph.json's ``node_feats``/``edge_feats`` against the i
 (every chunk's header: dtype and row shape). Phase 1, one task per part: every file's ``.npy``
 header (present, complete, dtype and shape as graph.json and the partition book say), then map
 every edge back to original IDs (destination through the part's ``orig_ids``, source through
-the owner part's ``orig_ids``), check the CSC arrays and the halo list exactly, and bucket
-``(edge ID, src, dst, part, row)`` by input edge chunk and ``(node ID, part, row)`` by input
-node range. Phase 2, one task per input chunk or range: every ID exactly once, endpoints equal
-to the input, every feature/label/mask row equal.
-A task holds one part's arrays (phase 1) or one input chunk and its rows (phase 2).
+the owner part's ``orig_ids``), check the CSC arrays and the halo list exactly, and fingerprint
+every edge (original ID, endpoints, data rows) by input edge chunk and every node (original
+ID, data rows) by input node range (``fingerprint.py``: a count and a hash sum per piece).
+Phase 2, one task per input chunk or range: the same fingerprint from the input; the client
+compares piece by piece. Nothing is written on this path. A piece whose fingerprints differ
+is then checked row by row, as the localizer: phase 1 again, bucketing
+``(edge ID, src, dst, part, row)`` / ``(node ID, part, row)`` of those pieces only into a
+scratch folder, and phase 2 naming the first ID missing, repeated or different.
+A task holds one destination slice of a part (phase 1) or one input chunk and its rows
+(phase 2).
 
 A task never raises: a difference or a damaged part file comes back as a message (raised on
 the client as :class:`VerifyError`, exit 1, naming part, file, type and ID where known), bad
@@ -20,7 +25,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -31,6 +36,7 @@ from formats.partitioned import PartitionedGraph, load_partitioned
 from formats.validate import read_checked_edges
 from pipeline.arrayops import unique_ints
 from pipeline.cluster import ClusterOptions, TaskRunner, dask_client, workers_info
+from .fingerprint import add_prints, edge_hash, new_prints, node_hash
 from .plan import RANGE_SIZE, data_fields
 
 
@@ -60,6 +66,9 @@ class VerifyPlan:
     range_size: int = RANGE_SIZE
     node_fields: dict | None = None     # {ntype: {name: DataField}} of the input
     edge_fields: dict | None = None     # {etype: {name: DataField}}
+    # None: fingerprint every piece (no scratch). Else the localizer: bucket only the rows of
+    # these pieces, {("edge", etype) | ("node", ntype): sorted piece indices}.
+    focus: dict | None = None
 
     def node_ranges(self, t: str) -> np.ndarray:
         return np.arange(0, self.graph.num_nodes[t], self.range_size)
@@ -191,13 +200,16 @@ def check_feature_specs(plan: VerifyPlan) -> str | None:
 
 # ------------------------------------------------------------------ phase 1
 
-def check_part(task: tuple[VerifyPlan, int]) -> str | None:
-    """Phase 1 for part ``p``: headers, structural checks and buckets. Returns a mismatch or
-    None; never raises (a damaged file, even another part's, is named in the message)."""
+def check_part(task: tuple[VerifyPlan, int]) -> str | PartPrints | None:
+    """Phase 1 for part ``p``: headers, structural checks, then the part's fingerprints (or,
+    with ``plan.focus``, buckets of the focused pieces, returning None). Returns a mismatch
+    as a message otherwise; never raises (a damaged file, even another part's, is named in
+    the message)."""
     plan, p = task
     try:
         check_headers(plan, p)
-        return _check_part(plan, p)
+        sink = PartPrints.empty(plan) if plan.focus is None else _Buckets(plan)
+        return _check_part(plan, p, sink) or (sink if plan.focus is None else None)
     except DamagedFile as err:
         return str(err)
     except Exception as err:  # noqa: BLE001 - whatever a damaged part makes numpy raise
@@ -207,7 +219,7 @@ def check_part(task: tuple[VerifyPlan, int]) -> str | None:
                f"({type(err).__name__}: {err})"
 
 
-def _check_part(plan: VerifyPlan, p: int) -> str | None:
+def _check_part(plan: VerifyPlan, p: int, sink) -> str | None:
     g, pg = plan.graph, plan.parts
     orig = {t: np.asarray(plan.load(p, "nodes", t, "orig_ids.npy")) for t in g.node_types}
     halo = {t: np.asarray(plan.load(p, "nodes", t, "halo_ids.npy")) for t in g.node_types}
@@ -224,9 +236,9 @@ def _check_part(plan: VerifyPlan, p: int) -> str | None:
                        or h.min() < 0 or h.max() >= g.num_nodes[t]):
             return _fail(p, "node", t, "-", "halo_ids not sorted, unique, outside the part's "
                                             "range and inside the type")
-        _bucket_nodes(plan, t, p, o)
+        sink.nodes(t, p, o)
     for et in g.edge_types:
-        problem = _check_edges(plan, et, p, orig, halo, referenced)
+        problem = _check_edges(plan, et, p, orig, halo, referenced, sink)
         if problem:
             return problem
     for t in g.node_types:
@@ -237,7 +249,8 @@ def _check_part(plan: VerifyPlan, p: int) -> str | None:
     return None
 
 
-def _check_edges(plan: VerifyPlan, et: EdgeType, p: int, orig, halo, referenced) -> str | None:
+def _check_edges(plan: VerifyPlan, et: EdgeType, p: int, orig, halo, referenced,
+                 sink) -> str | None:
     """CSC checks and edge buckets of one type of part ``p``, one slice of destinations at a
     time (the part's edge arrays stay memory-mapped)."""
     g, pg = plan.graph, plan.parts
@@ -269,7 +282,7 @@ def _check_edges(plan: VerifyPlan, et: EdgeType, p: int, orig, halo, referenced)
         hpos = indices[is_halo] - owned
         referenced[et.src][hpos] = True
         src_orig[is_halo] = _orig_of(plan, et.src, halo[et.src][hpos])
-        _bucket_edges(plan, et, f"p{p:05d}-{j:05d}", eids, src_orig, dst_orig, p, lo)
+        sink.edges(et, f"p{p:05d}-{j:05d}", eids, src_orig, dst_orig, p, lo)
     return None
 
 
@@ -288,21 +301,71 @@ def _orig_of(plan: VerifyPlan, t: str, new_ids: np.ndarray) -> np.ndarray:
     return out
 
 
-def _bucket_nodes(plan, t, p, orig):
-    k = np.searchsorted(plan.node_ranges(t), orig, side="right") - 1
-    rows = np.stack([orig, np.full(len(orig), p), np.arange(len(orig))])
-    for r in unique_ints(k):
-        write_array_chunk(os.path.join(plan.work, "nodes", t, f"r{r:05d}", f"p{p:05d}.npy"),
-                          rows[:, k == r])
+@dataclass
+class PartPrints:
+    """Fingerprints of one part's rows (or, summed, of all parts'), per input piece:
+    ``{etype: [chunks, 2]}`` and ``{ntype: [ranges, 2]}`` uint64 (count, hash sum)."""
+
+    plan: VerifyPlan | None
+    edge: dict
+    node: dict
+
+    @classmethod
+    def empty(cls, plan: VerifyPlan) -> "PartPrints":
+        g = plan.graph
+        return cls(plan, {et: new_prints(len(plan.edge_starts(et))) for et in g.edge_types},
+                   {t: new_prints(len(plan.node_ranges(t))) for t in g.node_types})
+
+    def nodes(self, t: str, p: int, orig: np.ndarray) -> None:
+        """Add part ``p``'s owned nodes of type ``t`` (one node range of rows at a time)."""
+        plan = self.plan
+        names = sorted(plan.parts.node_feats.get(t, {}))
+        for a in range(0, len(orig), plan.range_size):
+            ids = orig[a:a + plan.range_size]
+            fields = [plan.rows(p, ("node_feats", t, f"{name}.npy"), a, a + len(ids))
+                      for name in names]
+            add_prints(self.node[t], ids // plan.range_size, node_hash(ids, fields))
+
+    def edges(self, et: EdgeType, tag, eids, src, dst, p: int, first_row: int) -> None:
+        """Add one slice of part ``p``'s edges of type ``et`` (rows from ``first_row``)."""
+        plan = self.plan
+        fields = [plan.rows(p, ("edge_feats", et.dirname, f"{name}.npy"), first_row,
+                            first_row + len(eids))
+                  for name in sorted(plan.parts.edge_feats.get(et, {}))]
+        piece = np.searchsorted(plan.edge_starts(et), eids, side="right") - 1
+        add_prints(self.edge[et], piece, edge_hash(eids, src, dst, fields))
+
+    def __add__(self, other: "PartPrints") -> "PartPrints":
+        return PartPrints(None, {k: v + other.edge[k] for k, v in self.edge.items()},
+                          {k: v + other.node[k] for k, v in self.node.items()})
+
+    def __getstate__(self):       # the plan stays on the client: it came with the task
+        return {"plan": None, "edge": self.edge, "node": self.node}
 
 
-def _bucket_edges(plan, et, tag, eids, src, dst, p, first_row):
-    k = np.searchsorted(plan.edge_starts(et), eids, side="right") - 1
-    rows = np.stack([eids, src, dst, np.full(len(eids), p),
-                     first_row + np.arange(len(eids))])
-    for c in unique_ints(k):
-        write_array_chunk(os.path.join(plan.work, "edges", et.dirname, f"c{c:05d}",
-                                       f"{tag}.npy"), rows[:, k == c])
+@dataclass
+class _Buckets:
+    """The localizer's phase-1 sink: rows of the focused pieces only, bucketed by piece into
+    ``plan.work`` for a row-by-row comparison."""
+
+    plan: VerifyPlan
+
+    def nodes(self, t: str, p: int, orig: np.ndarray) -> None:
+        plan = self.plan
+        k = np.searchsorted(plan.node_ranges(t), orig, side="right") - 1
+        rows = np.stack([orig, np.full(len(orig), p), np.arange(len(orig))])
+        for r in np.intersect1d(unique_ints(k), plan.focus.get(("node", t), [])):
+            write_array_chunk(os.path.join(plan.work, "nodes", t, f"r{r:05d}",
+                                           f"p{p:05d}.npy"), rows[:, k == r])
+
+    def edges(self, et: EdgeType, tag, eids, src, dst, p: int, first_row: int) -> None:
+        plan = self.plan
+        k = np.searchsorted(plan.edge_starts(et), eids, side="right") - 1
+        rows = np.stack([eids, src, dst, np.full(len(eids), p),
+                         first_row + np.arange(len(eids))])
+        for c in np.intersect1d(unique_ints(k), plan.focus.get(("edge", et), [])):
+            write_array_chunk(os.path.join(plan.work, "edges", et.dirname, f"c{c:05d}",
+                                           f"{tag}.npy"), rows[:, k == c])
 
 
 # ------------------------------------------------------------------ phase 2
@@ -390,8 +453,31 @@ def _check_node_range(task) -> str | None:
     return None
 
 
+def _print_edge_chunk(task) -> np.ndarray:
+    """The input side of an edge chunk's fingerprint: ``[count, hash sum]`` uint64."""
+    plan, et, k, path, start, stop = task
+    src, dst = read_checked_edges(path, plan.graph.edges[et], rows=stop - start,
+                                  num_src=plan.graph.num_nodes[et.src],
+                                  num_dst=plan.graph.num_nodes[et.dst], etype=et)
+    fields = plan.edge_fields.get(et, {})
+    hashes = edge_hash(np.arange(start, stop), src, dst,
+                       [fields[name].read(start, stop) for name in sorted(fields)])
+    return np.array([stop - start, hashes.sum(dtype=np.uint64)], np.uint64)
+
+
+def _print_node_range(task) -> np.ndarray:
+    """The input side of a node range's fingerprint: ``[count, hash sum]`` uint64."""
+    plan, t, start, stop = task
+    fields = plan.node_fields.get(t, {})
+    hashes = node_hash(np.arange(start, stop),
+                       [fields[name].read(start, stop) for name in sorted(fields)])
+    return np.array([stop - start, hashes.sum(dtype=np.uint64)], np.uint64)
+
+
 check_edge_chunk = _Guarded(_check_edge_chunk)
 check_node_range = _Guarded(_check_node_range)
+print_edge_chunk = _Guarded(_print_edge_chunk)
+print_node_range = _Guarded(_print_node_range)
 
 
 def _rows(plan, parts, rows, rel, like) -> np.ndarray:
@@ -410,13 +496,15 @@ def _compare(got: np.ndarray, expect: np.ndarray) -> int | None:
     return None if eq.all() else int(np.flatnonzero(~eq)[0])
 
 
-def _raise_first(results: list) -> None:
-    """Raise the first problem of a phase: a FormatError as is, a message as VerifyError."""
+def _raise_first(results: list) -> list:
+    """Raise the first problem of a phase: a FormatError as is, a message as VerifyError.
+    Returns the results (fingerprints) when there is none."""
     for problem in results:
         if isinstance(problem, FormatError):
             raise problem
-        if problem:
+        if isinstance(problem, str):
             raise VerifyError(problem)
+    return results
 
 
 def _holders(client, parts: PartitionedGraph) -> list[str | None] | None:
@@ -430,33 +518,82 @@ def _holders(client, parts: PartitionedGraph) -> list[str | None] | None:
     return holders
 
 
+def _pieces(plan: VerifyPlan) -> tuple[list, list]:
+    """Phase 2's tasks: one per input edge chunk, one per input node range."""
+    g = plan.graph
+    edges = [(plan, et, k, g.path(f), int(s), int(s) + n) for et in g.edge_types
+             for k, (f, s, n) in enumerate(zip(g.edges[et].files, plan.edge_starts(et),
+                                               g.edge_chunks[et]))]
+    nodes = [(plan, t, int(s), int(min(s + plan.range_size, g.num_nodes[t])))
+             for t in g.node_types for s in plan.node_ranges(t)]
+    return edges, nodes
+
+
+def _differing(plan: VerifyPlan, parts: PartPrints, edge_prints: list,
+               node_prints: list) -> dict:
+    """The pieces whose input fingerprint differs from the parts' sum:
+    ``{("edge", etype) | ("node", ntype): [piece indices]}`` (empty when all agree)."""
+    edges, nodes = _pieces(plan)
+    focus: dict = {}
+    for (_, et, k, *_), got in zip(edges, edge_prints):
+        if (parts.edge[et][k] != got).any():
+            focus.setdefault(("edge", et), []).append(k)
+    for (_, t, start, _), got in zip(nodes, node_prints):
+        k = start // plan.range_size
+        if (parts.node[t][k] != got).any():
+            focus.setdefault(("node", t), []).append(k)
+    return focus
+
+
+def _localize(run: TaskRunner, plan: VerifyPlan, focus: dict, holders) -> None:
+    """Row-by-row check of the ``focus`` pieces (whose fingerprints differ): raises the
+    VerifyError naming the first ID that differs. Scratch: the focused rows, in a temporary
+    folder beside nothing else."""
+    work = tempfile.mkdtemp(prefix="graphprep-verify-")
+    try:
+        plan = replace(plan, work=work, focus=focus)
+        _raise_first(run(check_part, [(plan, p) for p in range(plan.parts.num_parts)],
+                         "verify: locate the difference", workers=holders))
+        edges, nodes = _pieces(plan)
+        _raise_first(run(check_edge_chunk, [x for x in edges if x[2] in
+                                             focus.get(("edge", x[1]), ())],
+                         "verify: locate (edges)"))
+        _raise_first(run(check_node_range, [x for x in nodes if x[2] // plan.range_size in
+                                             focus.get(("node", x[1]), ())],
+                         "verify: locate (nodes)"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    kind, owner = next(iter(focus))
+    raise VerifyError(f"{kind} type {owner}, input piece {focus[kind, owner][0]}: the parts' "
+                      "fingerprint differs from the input's, yet every row compares equal")
+
+
 def run_verify(chunked: str, partitioned: str, cluster: ClusterOptions,
                nan_policy: str = "error") -> dict:
     """Check ``partitioned`` against ``chunked``; raises :class:`VerifyError` on the first
     mismatch or damaged part file, :class:`FormatError` on bad input (``nan_policy`` applies
-    to the input's float data as it is read); returns counts checked."""
+    to the input's float data as it is read); returns counts checked. Writes nothing unless
+    a difference must be located."""
     graph = load_chunked_graph(chunked)
     parts = load_partitioned(partitioned)
     if parts.num_nodes != graph.num_nodes or parts.num_edges != graph.num_edges:
         raise VerifyError("node or edge counts in graph.json differ from the input")
     node_fields, edge_fields = data_fields(graph, nan_policy)   # every chunk's header checked
-    work = tempfile.mkdtemp(prefix="graphprep-verify-")
-    try:
-        plan = VerifyPlan(graph, parts, work, node_fields=node_fields, edge_fields=edge_fields)
-        _raise_first([check_feature_specs(plan)])
-        with dask_client(cluster) as client:
-            run = TaskRunner(client, cluster.progress)
-            # Phase 2 reads what phase 1 vouched for: a damaged part stops the run here.
-            _raise_first(run(check_part, [(plan, p) for p in range(parts.num_parts)],
-                             "verify parts", workers=_holders(client, parts)))
-            _raise_first(run(check_edge_chunk, [
-                (plan, et, k, graph.path(f), int(s), int(s) + n)
-                for et in graph.edge_types
-                for k, (f, s, n) in enumerate(zip(graph.edges[et].files, plan.edge_starts(et),
-                                                  graph.edge_chunks[et]))], "verify edges"))
-            _raise_first(run(check_node_range, [
-                (plan, t, int(s), int(min(s + plan.range_size, graph.num_nodes[t])))
-                for t in graph.node_types for s in plan.node_ranges(t)], "verify nodes"))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    plan = VerifyPlan(graph, parts, "", node_fields=node_fields, edge_fields=edge_fields)
+    _raise_first([check_feature_specs(plan)])
+    with dask_client(cluster) as client:
+        run = TaskRunner(client, cluster.progress)
+        holders = _holders(client, parts)
+        # Phase 2 reads what phase 1 vouched for: a damaged part stops the run here.
+        printed = _raise_first(run(check_part, [(plan, p) for p in range(parts.num_parts)],
+                                   "verify parts", workers=holders))
+        total = printed[0]
+        for other in printed[1:]:
+            total = total + other
+        edges, nodes = _pieces(plan)
+        focus = _differing(plan, total, _raise_first(run(print_edge_chunk, edges,
+                                                         "verify edges")),
+                           _raise_first(run(print_node_range, nodes, "verify nodes")))
+        if focus:
+            _localize(run, plan, focus, holders)
     return {"edges": sum(graph.num_edges.values()), "nodes": sum(graph.num_nodes.values())}

@@ -154,6 +154,42 @@ def test_mutation_feature_value(scheduler, cora, dispatched):
     assert f"part 1, node type _N, original ID {orig}: node data 'feat' differs" in r.output
 
 
+def test_mutation_swap_two_feature_rows(scheduler, cora, dispatched):
+    """Both rows still exist, each under the other node's ID: caught, the first one named."""
+    path = dispatched / "part-0/node_feats/_N/feat.npy"
+    feat = np.load(path)
+    j = int(np.flatnonzero((feat != feat[0]).any(axis=1))[0])
+    edit(path, lambda a: a[[j, *range(1, j), 0, *range(j + 1, len(a))]])
+    orig = np.load(dispatched / "part-0/nodes/_N/orig_ids.npy")[[0, j]]
+    r = run_cli(scheduler, "verify", cora, dispatched, code=1)
+    assert f"original ID {min(orig)}: node data 'feat' differs" in r.output
+
+
+def test_verify_writes_no_scratch_when_parts_agree(scheduler, cora, dispatched, monkeypatch):
+    """The fingerprint path needs no disk: scratch buckets are only for locating a difference."""
+    import tempfile
+
+    def refuse(*a, **k):
+        raise AssertionError("verify made a scratch folder although nothing differs")
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    run_cli(scheduler, "verify", cora, dispatched)
+
+
+def test_row_hash_sees_values_as_the_row_comparison_does():
+    from dispatch.fingerprint import row_hash
+    a = np.array([[0.0, 1.0], [np.nan, 2.0], [3.0, 4.0]], np.float32)
+    b = a.copy()
+    b[0, 0] = -0.0
+    b.view(np.uint32)[1, 0] = 0x7FC00001          # another NaN payload
+    assert (row_hash(a) == row_hash(b)).all()
+    c = a.copy()
+    c[2, 1] = np.nextafter(np.float32(4.0), np.float32(5.0))
+    assert (row_hash(a) != row_hash(c)).tolist() == [False, False, True]
+    assert row_hash(np.zeros((3, 0), np.float32)).shape == (3,)
+    odd = np.arange(9, dtype=np.int8).reshape(3, 3)   # rows of 3 bytes, padded to a word
+    assert len(set(row_hash(odd).tolist())) == 3
+
+
 def test_mutation_swap_halo_ids(scheduler, cora, dispatched):
     edit(dispatched / "part-0/nodes/_N/halo_ids.npy", lambda a: a[[1, 0, *range(2, len(a))]])
     r = run_cli(scheduler, "verify", cora, dispatched, code=1)

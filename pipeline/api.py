@@ -223,7 +223,9 @@ def export(partitioned: str, out: str, *, to: str, overwrite: bool = False, clie
            **cluster) -> ExportResult:
     """``partitioned`` in a peer's partition layout at ``out``: ``to="pyg"`` (PyG's
     Partitioner layout) or ``"dgl"`` (DGL 1.1.3's ``partition_graph`` layout; needs dgl).
-    See ``formats/FORMATS.md`` §5."""
+    ``to="dgl-chunked"`` takes a chunked graph instead (``synth``/``chunk`` output) and writes
+    DGL's chunked graph format, the input of DGL's ``partition_algo``/``dispatch_data.py``
+    (no dgl needed); ``root`` is ``out``. See ``formats/FORMATS.md`` §5."""
     from .export import run_export
 
     out = _abs(out)

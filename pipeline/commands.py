@@ -400,7 +400,7 @@ def inspect_cmd(path, as_json):
 @click.argument("partitioned", type=click.Path(exists=True, file_okay=False),
                 callback=local_path)
 @click.argument("out", type=click.Path(file_okay=False), callback=local_path)
-@click.option("--to", "to", type=click.Choice(["pyg", "dgl"]), required=True,
+@click.option("--to", "to", type=click.Choice(["pyg", "dgl", "dgl-chunked"]), required=True,
               help="Target layout. pyg: torch_geometric.distributed.Partitioner's "
                    "(OUT/<name>-partitions, loaded by LocalGraphStore/LocalFeatureStore"
                    ".from_partition), with labels in OUT/<name>-label/label.pt and each "
@@ -413,12 +413,17 @@ def inspect_cmd(path, as_json):
                    "DGL renumbers nodes and edges into one ID space per part and type "
                    "(FORMATS.md). Needs DGL here and on the workers: dgl 1.1.3 works with "
                    "torch 2.13 (pip install 'dgl==1.1.3' packaging; not setuptools<70, which "
-                   "torch 2.13 refuses).")
+                   "torch 2.13 refuses). dgl-chunked: takes a CHUNKED graph (prep synth/chunk "
+                   "output) instead of a partitioned one and writes DGL's chunked graph format "
+                   "(OUT/metadata.json; edges as space-delimited CSV, data as .npy; the same "
+                   "chunks), the input of DGL's tools/partition_algo and tools/dispatch_data.py; "
+                   "one task per chunk, no DGL needed.")
 @overwrite_option
 @cluster_options
 def export(partitioned, out, to, overwrite, cluster: ClusterOptions):
     """Export PARTITIONED (the output of `prep dispatch`) to OUT in a peer library's
-    partition layout, one task per part. Parts stay as they are (every edge with the owner of
+    partition layout, one task per part (--to dgl-chunked: a chunked graph to DGL's chunked
+    format, one task per chunk). Parts stay as they are (every edge with the owner of
     its destination); IDs are the original ones. A task holds one part's arrays; per-ID maps
     (part of every node and edge, labels) are filled in memory-mapped scratch files."""
     result = api.export(partitioned, out, to=to, overwrite=overwrite, **_on(cluster))

@@ -1,56 +1,94 @@
-"""``prep export``: a partitioned graph (FORMATS.md §3) into a peer's partition layout, one
-Dask task per part. The exporters import torch (and DGL) inside their tasks only: ``prep``
-itself never imports them."""
+"""``prep export``: a graphprep output into a peer's layout. ``pyg`` and ``dgl`` take a
+partitioned graph (FORMATS.md §3), one Dask task per part; ``dgl-chunked`` takes a chunked
+graph (§1), one task per chunk file. The exporters import torch (and DGL) inside their tasks
+only: ``prep`` itself never imports them."""
 
 from __future__ import annotations
 
 import os
 
-from formats import FormatError
+from formats import FormatError, load_chunked_graph
 from formats.output import MANIFEST, AtomicOutput, fingerprint, make_manifest, write_json
-from formats.partitioned import load_partitioned
+from formats.partitioned import GRAPH_JSON, load_partitioned
+from formats.schema import METADATA
 from formats.storage import is_url
 from pipeline.cluster import ClusterOptions, TaskRunner, dask_client
 from pipeline.guard import guarded_output
 from pipeline.step import up_to_date
 
-TARGETS = ("pyg", "dgl")
+TARGETS = ("pyg", "dgl", "dgl-chunked")
+CHUNKED_TARGETS = ("dgl-chunked",)     # these read a chunked graph, the others a partitioned one
 
 
-def run_export(partitioned: str, out: str, to: str, cluster: ClusterOptions,
+def run_export(source: str, out: str, to: str, cluster: ClusterOptions,
                overwrite: bool = False) -> dict | None:
-    """Export ``partitioned`` to ``out`` in the layout of ``to`` (one of ``TARGETS``); the
-    output appears only when complete. Returns the exporter's counts (None when ``out`` is up
-    to date)."""
+    """Export ``source`` to ``out`` in the layout of ``to`` (one of ``TARGETS``): a
+    partitioned graph for ``pyg``/``dgl``, a chunked graph for ``dgl-chunked``. The output
+    appears only when complete. Returns the exporter's counts (None when ``out`` is up to
+    date)."""
     if to not in TARGETS:
         raise FormatError(f"unknown export target {to!r} (one of {', '.join(TARGETS)})",
                           field="--to")
     if to == "dgl":
         from .dgl import require_dgl
         require_dgl()                  # before anything is read, started or written
-    if is_url(partitioned):
-        raise FormatError("export reads a local partitioned graph; copy the parts first",
-                          file=partitioned)
-    graph = load_partitioned(partitioned)
-    if any(info.machine for info in graph.parts) and not all(
-            os.path.isdir(graph.part_path(p)) for p in range(graph.num_parts)):
-        raise FormatError("the parts live on their machines (--machines); export runs where "
-                          "every part folder is readable", file=partitioned)
-    manifest = make_manifest("export", {os.path.abspath(partitioned): fingerprint(partitioned)},
+    if is_url(source):
+        kind = "chunked" if to in CHUNKED_TARGETS else "partitioned"
+        raise FormatError(f"export reads a local {kind} graph; copy it first", file=source)
+    check_input_kind(source, to)
+    graph = load_chunked_graph(source) if to in CHUNKED_TARGETS else _load_parts(source)
+    manifest = make_manifest("export", {os.path.abspath(source): fingerprint(source)},
                              {"to": to}, None)
-    with guarded_output(out, [partitioned]):
+    with guarded_output(out, [source]):
         if up_to_date(out, manifest, overwrite):
             return None
         output = AtomicOutput(out)
         with output as tmp, dask_client(cluster) as client:
             runner = TaskRunner(client, cluster.progress)
-            if to == "dgl":
-                from .dgl import export_dgl as exporter
-            else:
-                from .pyg import export_pyg as exporter
-            result = exporter(graph, tmp, runner)
+            result = _exporter(to)(graph, tmp, runner)
             result["root"] = os.path.normpath(
                 os.path.join(output.final, os.path.relpath(result["root"], tmp)))
             write_json(os.path.join(tmp, MANIFEST), manifest)
             output.commit()
     return result
+
+
+def check_input_kind(source: str, to: str) -> None:
+    """A :class:`FormatError` naming the file that ``to`` needs when ``source`` is the other
+    kind of graph (a chunked graph given to ``pyg``/``dgl``, a partitioned one to
+    ``dgl-chunked``). Anything else is left to the loaders' own messages."""
+    folder = os.path.dirname(source) if source.endswith(".json") else source
+    has_chunked = os.path.exists(os.path.join(folder, METADATA))
+    has_parts = os.path.exists(os.path.join(folder, GRAPH_JSON))
+    if to in CHUNKED_TARGETS and not has_chunked and (has_parts or source.endswith(".json")):
+        raise FormatError(f"not found: --to {to} exports a chunked graph (the folder with "
+                          f"metadata.json that prep synth/chunk write); {source} is a "
+                          "partitioned graph (graph.json): pass the chunked graph it was "
+                          "made from", file=os.path.join(folder, METADATA))
+    if to not in CHUNKED_TARGETS and has_chunked and not has_parts:
+        raise FormatError(f"not found: --to {to} exports a partitioned graph (the output of "
+                          f"prep dispatch); {source} is a chunked graph (metadata.json): "
+                          "partition and dispatch it first, or use --to dgl-chunked for DGL's "
+                          "chunked format", file=os.path.join(folder, GRAPH_JSON))
+
+
+def _load_parts(partitioned: str):
+    """The partitioned graph, when every part folder is readable here."""
+    graph = load_partitioned(partitioned)
+    if any(info.machine for info in graph.parts) and not all(
+            os.path.isdir(graph.part_path(p)) for p in range(graph.num_parts)):
+        raise FormatError("the parts live on their machines (--machines); export runs where "
+                          "every part folder is readable", file=partitioned)
+    return graph
+
+
+def _exporter(to: str):
+    """The function that writes target ``to``: ``(graph, tmp folder, runner) -> counts``."""
+    if to == "dgl":
+        from .dgl import export_dgl
+        return export_dgl
+    if to == "dgl-chunked":
+        from .dgl_chunked import export_dgl_chunked
+        return export_dgl_chunked
+    from .pyg import export_pyg
+    return export_pyg

@@ -314,3 +314,48 @@ def test_empty_chunk_reads_back(prep, with_empty_chunk, tmp_path):
     prep("chunk", out, tmp_path / "back")
     assert np.array_equal(np.stack(edges_of(tmp_path / "back", et)),
                           np.stack(edges_of(original, et)))
+
+
+# ------------------------------------------------------------ the Python API
+
+@pytest.fixture(scope="module")
+def client(scheduler):
+    from distributed import Client
+
+    with Client(scheduler) as c:
+        yield c
+
+
+def test_api_export_and_rerun(client, synth_graph, tmp_path):
+    from pipeline import api
+
+    original, _ = synth_graph
+    first = api.export(original, tmp_path / "x", to="dgl-chunked", client=client)
+    assert first == api.ExportResult(str(tmp_path / "x"), "dgl-chunked", str(tmp_path / "x"))
+    again = api.export(original, tmp_path / "x", to="dgl-chunked", client=client)
+    assert again.reused and again.root == first.root
+
+
+def test_field_dgl_cannot_carry_is_exported_with_a_warning(client, synth_graph, tmp_path,
+                                                           caplog):
+    """uint32 is not in DGL's pipeline's dtype list: the field is written, with a warning."""
+    import shutil
+
+    from formats.output import write_array_chunk
+    from pipeline import api
+
+    original, _ = synth_graph
+    folder = tmp_path / "g"
+    shutil.copytree(original, folder)
+    meta = json.load(open(folder / "metadata.json"))
+    ntype, count = meta["node_type"][0], meta["num_nodes_per_type"][0]
+    rel = f"node_data/{ntype}/year/part-00000.npy"
+    write_array_chunk(str(folder / rel), np.arange(count, dtype=np.uint32))
+    meta["node_data"].setdefault(ntype, {})["year"] = {"format": {"name": "numpy"},
+                                                       "data": [rel]}
+    json.dump(meta, open(folder / "metadata.json", "w"))
+    with caplog.at_level("WARNING", logger="pipeline.export.dgl_chunked"):
+        out = api.export(folder, tmp_path / "x", to="dgl-chunked", client=client).root
+    assert any(f"node_data.{ntype}.year" in r.getMessage() for r in caplog.records)
+    back = np.load(os.path.join(out, "node_data", ntype, "year", "part-00000.npy"))
+    assert back.dtype == np.uint32 and np.array_equal(back, np.arange(count))

@@ -157,7 +157,7 @@ def _dispatch_into(plan: DispatchPlan, local: str, run: TaskRunner, out: str, in
         edge_map[et] = [[int(starts[p]), int(starts[p + 1])] for p in range(p_count)]
     return PartitionedGraph(
         root=out, graph_name=graph.graph_name, num_parts=p_count,
-        part_method=assignment.meta.algo_name, seed=assignment.meta.seed,
+        part_method=assignment.meta.method_name, seed=assignment.meta.seed,
         node_types=graph.node_types, edge_types=graph.edge_types,
         num_nodes=dict(graph.num_nodes), num_edges=dict(graph.num_edges), node_map=node_map,
         edge_map=edge_map, node_feats=_feat_specs(local, parts[0].path, graph.node_data, "node"),

@@ -34,6 +34,14 @@ class AssignmentMeta:
     options: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
     format_version: int = ASSIGNMENT_VERSION
+    # What really ran, where algo_name had to be a name DGL's tools accept (--dgl-compat
+    # with multilevel: DGL takes only "random" or "metis"); else "".
+    method: str = ""
+
+    @property
+    def method_name(self) -> str:
+        """The partition method that made the assignment."""
+        return self.method or self.algo_name
 
     def to_json(self) -> dict:
         out = asdict(self)

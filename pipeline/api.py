@@ -172,7 +172,7 @@ def partition(chunked: str, out: str, *, num_parts: int, method: str = "random",
     reused = meta is None
     if reused:
         meta = load_assignment(out).meta
-    return AssignmentResult(out, meta.algo_name, meta.num_parts, meta.stats, reused)
+    return AssignmentResult(out, meta.method_name, meta.num_parts, meta.stats, reused)
 
 
 def dispatch(chunked: str, assignment: str, out: str, *, machines: tuple[str, ...] = (),

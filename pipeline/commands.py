@@ -232,7 +232,8 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
               help="Only compute the statistics of an existing assignment (graphprep's or "
                    "DGL's <ntype>.txt) on CHUNKED and store them in its partition_meta.json.")
 @click.option("--dgl-compat", is_flag=True,
-              help="Also write DGL's <ntype>.txt assignment files.")
+              help="Also write DGL's <ntype>.txt assignment files, and an algo_name DGL's "
+                   "tools accept ('metis' for multilevel; the method is kept in 'method').")
 @dry_run_option
 @overwrite_option
 @cluster_options

@@ -303,7 +303,7 @@ def describe_assignment(root: str) -> dict:
             files.append({"node_type": t, "file": None, "dtype": None, "length": None,
                           "bytes": 0})
     return _clean({
-        "kind": "assignment", "path": _abs(root), "algo_name": meta.algo_name,
+        "kind": "assignment", "path": _abs(root), "algo_name": meta.method_name,
         "num_parts": meta.num_parts, "graph_name": meta.graph_name, "seed": meta.seed,
         "input_fingerprint": meta.input_fingerprint, "format_version": meta.format_version,
         "options": meta.options, "manifest": _manifest_summary(root), "files": files,

@@ -174,6 +174,18 @@ def test_dgl_txt_assignment_stats_and_compat(tmp_path, prep, homo):
     assert meta_of(dgl)["stats"]["edge_cut"] == meta_of(tmp_path / "a")["stats"]["edge_cut"]
 
 
+def test_dgl_compat_multilevel_names_an_algorithm_dgl_accepts(tmp_path, prep, homo):
+    """DGL's dispatch takes algo_name 'random' or 'metis' only; the real method stays known."""
+    prep("partition", homo, tmp_path / "a", "-p", 2, "--method", "multilevel",
+         "--coarse-edges", 1000, "--dgl-compat")
+    meta = meta_of(tmp_path / "a")
+    assert (meta["algo_name"], meta["method"]) == ("metis", "multilevel")
+    assert load_assignment(str(tmp_path / "a")).meta.method_name == "multilevel"
+    from click.testing import CliRunner
+    from pipeline.cli import prep as cli
+    assert "multilevel" in CliRunner().invoke(cli, ["inspect", str(tmp_path / "a")]).output
+
+
 def test_assignment_validation_names_file_and_row(tmp_path, prep, homo):
     prep("partition", homo, tmp_path / "a", "-p", 2)
     g = load_chunked_graph(str(homo))

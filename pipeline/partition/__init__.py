@@ -59,6 +59,9 @@ def _partition_into(output: AtomicOutput, graph, fp: str, manifest: dict, method
         algo = partitioner.assign(graph, options, runner, tmp)
         meta = AssignmentMeta(options.num_parts, algo, graph.graph_name, options.seed, fp,
                               graph.node_types, manifest["options"])
+        if dgl_compat and algo not in DGL_ALGO_NAMES:
+            # DGL's dispatch refuses other names; multilevel is a METIS-style partition
+            meta = dataclasses.replace(meta, algo_name="metis", method=algo)
         write_meta(tmp, meta)
         assignment = load_assignment(tmp, graph)          # checks lengths and ranges
         stats = partition_stats(graph, assignment, runner)
@@ -74,6 +77,10 @@ def _partition_into(output: AtomicOutput, graph, fp: str, manifest: dict, method
         write_json(os.path.join(tmp, MANIFEST), manifest)
         output.commit()
     return meta
+
+
+# algo_name values DGL's partition tools accept (tools/partition_algo/base.py)
+DGL_ALGO_NAMES = ("random", "metis")
 
 
 def write_dgl_txt(folder: str, node_types) -> None:

@@ -131,10 +131,14 @@ def prep():
       prep synth OUT           synthetic graph, straight into the chunked format
       prep chunk INPUT OUT     raw input (CSV/Parquet/NumPy/OGB/Planetoid/PyG/DGL) -> chunked
       prep validate CHUNKED    check a chunked graph (metadata and every chunk)
-      prep partition CHUNKED OUT -p P         partition assignment (random, metis) + stats
+      prep partition CHUNKED OUT -p P         partition assignment (random, metis,
+                                              multilevel, auto) + stats
       prep dispatch CHUNKED ASSIGNMENT OUT    per-part graph delivered to machines or URLs
       prep verify CHUNKED PARTITIONED         check every edge and node survived
       prep split-edges CHUNKED OUT --etype T  held-out edges for link prediction
+      prep export PARTITIONED OUT --to pyg|dgl   PyG's or DGL's partition layout
+      prep export CHUNKED OUT --to dgl-chunked   DGL's chunked format
+      prep report PATH... --out report.html   HTML page of tables and plots
 
     \b
     Metadata only (no cluster):

@@ -16,6 +16,11 @@ from .storage import exists, join, read_text
 FORMAT_VERSION = 1
 METADATA = "metadata.json"
 DATA_FORMATS = ("parquet", "numpy", "csv")
+# A CSV entry without "delimiter" reads as DGL's pipeline reads it: edge chunks with " "
+# (dataset_utils.py parses every CSV edge file so), data chunks with "," (its CSVArrayParser's
+# default: the pipeline passes only the format name).
+EDGE_DELIMITER = " "
+DATA_DELIMITER = ","
 
 
 @dataclass(frozen=True, order=True)
@@ -254,7 +259,10 @@ class _Loader:
                               f"{sum(chunks[et])}", f"num_edges_per_type[{i}]")
         return chunks
 
-    def chunk_files(self, entry, field: str, allow_empty: bool = False) -> ChunkFiles:
+    def chunk_files(self, entry, field: str, allow_empty: bool = False,
+                    default_delimiter: str = DATA_DELIMITER) -> ChunkFiles:
+        """One ``{"format": ..., "data": [...]}`` entry. A CSV entry without ``delimiter``
+        gets DGL's: ``" "`` for edges (``EDGE_DELIMITER``), ``","`` for data."""
         if not isinstance(entry, dict) or not isinstance(entry.get("format"), dict):
             self.fail("must be an object with 'format' and 'data'", field)
         name = entry["format"].get("name")
@@ -265,7 +273,7 @@ class _Loader:
         if not isinstance(files, list) or not (files or allow_empty) or \
                 not all(isinstance(f, str) for f in files):
             self.fail("must be a non-empty list of file paths", f"{field}.data")
-        delimiter = entry["format"].get("delimiter", ",")
+        delimiter = entry["format"].get("delimiter", default_delimiter)
         if name == "csv" and (not isinstance(delimiter, str) or len(delimiter) != 1):
             self.fail("csv delimiter must be one character", f"{field}.format.delimiter")
         return ChunkFiles(name, tuple(files), delimiter)
@@ -278,7 +286,8 @@ class _Loader:
             if key not in section:
                 self.fail(f"no entry for edge type '{key}'", "edges")
             files = self.chunk_files(section[key], f"edges.{key}",
-                                     allow_empty=not edge_chunks[et])
+                                     allow_empty=not edge_chunks[et],
+                                     default_delimiter=EDGE_DELIMITER)
             if len(files.files) != len(edge_chunks[et]):
                 self.fail(f"lists {len(files.files)} chunk files, num_edges_per_chunk lists "
                           f"{len(edge_chunks[et])} chunks", f"edges.{key}.data")

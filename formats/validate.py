@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow.parquet as pq
 
-from .arrays import _parquet_file, array_info, read_array_chunk, read_edge_chunk
+from .arrays import (_parquet_file, array_info, edge_column_names, read_array_chunk,
+                     read_edge_chunk)
 from .errors import FormatError
 from .schema import METADATA, ChunkedGraph, ChunkFiles
 
@@ -76,9 +77,7 @@ def _parquet_ids_in_range(check: ChunkCheck) -> bool:
     if md is None or md.num_row_groups == 0:
         return md is not None
     names = md.schema.to_arrow_schema().names
-    for name, limit in (("src", check.id_limits[0]), ("dst", check.id_limits[1])):
-        if name not in names:
-            return False
+    for name, limit in zip(edge_column_names(names, check.path), check.id_limits):
         col = names.index(name)
         for g in range(md.num_row_groups):
             stats = md.row_group(g).column(col).statistics
@@ -154,8 +153,23 @@ def read_checked_edges(path: str, files: ChunkFiles, *, rows: int | None, num_sr
     return src, dst
 
 
+NAN_HINT = " (use --nan warn to accept)"
+# MAG240M (and DGL's copy of it) marks unlabelled nodes with a NaN float label.
+NAN_LABEL_HINT = (" (NaN in a label usually marks an unlabelled node, as in MAG240M: --nan ignore "
+                  "accepts them, here and in prep dispatch. The trainer refuses float data "
+                  "with NaN and trains on integer labels only: store int64 labels with -1 for "
+                  "unlabelled nodes, which it never takes as training seeds)")
+LABEL_FIELDS = ("label", "labels", "y")
+
+
+def nan_hint(field: str | None) -> str:
+    """What the NaN/inf error suggests for ``field`` ("node_data.paper.label"...)."""
+    name = (field or "").rsplit(".", 1)[-1]
+    return NAN_LABEL_HINT if name in LABEL_FIELDS else NAN_HINT
+
+
 def check_finite(values: np.ndarray, nan_policy: str, *, file: str, field: str | None,
-                 row0: int = 0, hint: str = " (use --nan warn to accept)") -> str | None:
+                 row0: int = 0, hint: str | None = None) -> str | None:
     """Apply ``nan_policy`` to NaN/inf in float ``values`` (rows ``row0...`` of ``file``).
 
     "error" raises :class:`FormatError` naming the first bad row; "warn" returns the warning
@@ -163,7 +177,7 @@ def check_finite(values: np.ndarray, nan_policy: str, *, file: str, field: str |
     The clean case costs one sum, no temporary: NaN or inf anywhere makes the sum non-finite
     (measured: one pass, faster than isfinite().all() or min and max). Only then is the
     per-value mask built, which also clears a sum that merely overflowed. ``hint`` ends the
-    error's message (what the user can do about it).
+    error's message (what the user can do about it; None: :func:`nan_hint` of ``field``).
     """
     if nan_policy == "ignore" or values.dtype.kind not in "fc" or values.size == 0:
         return None
@@ -179,6 +193,7 @@ def check_finite(values: np.ndarray, nan_policy: str, *, file: str, field: str |
     err = FormatError("NaN or inf value", file=file, field=field,
                       row=row0 + int(np.flatnonzero(~finite)[0]))
     if nan_policy == "error":
+        hint = nan_hint(field) if hint is None else hint
         raise FormatError(err.message + hint, file=err.file,
                           field=err.field, row=err.row)
     return str(err)
@@ -249,6 +264,8 @@ def collate(graph: ChunkedGraph, checks: list[ChunkCheck], reports: list[ChunkRe
         if check.kind != "data":
             continue
         totals[check.field] = totals.get(check.field, 0) + report.rows
+        if report.rows == 0:
+            continue   # no rows, nothing to compare (DGL writes 0-row chunks for tiny types)
         if check.field not in first:
             first[check.field] = (check, report)
             continue

@@ -287,7 +287,7 @@ def test_dgl_chunked_in_with_csv_edges_and_edge_data(tmp_path, prep):
 def test_dgl_input_is_validated_first(tmp_path, prep):
     root = tmp_path / "dgl"
     (root / "e").mkdir(parents=True)
-    write_csv(root / "e" / "0.csv", [0, 1, 9], [1, 2, 0], header=None)
+    write_csv(root / "e" / "0.csv", [0, 1, 9], [1, 2, 0], header=None, delimiter=" ")
     meta = {"node_type": ["_N"], "num_nodes_per_type": [5], "edge_type": ["_N:_E:_N"],
             "num_edges_per_chunk": [[3]],
             "edges": {"_N:_E:_N": {"format": {"name": "csv"}, "data": ["e/0.csv"]}}}

@@ -466,8 +466,14 @@ def open_field(graph: ChunkedGraph, files: ChunkFiles, field: str, expected_rows
     named; else ``()``. Raises :class:`FormatError` naming the file and field."""
     paths = [graph.path(rel) for rel in files.files]
     infos = [array_info(p, files) for p in paths]
-    spec = FieldSpec(str(infos[0].dtype), tuple(int(x) for x in infos[0].row_shape), paths[0])
+    # A chunk of 0 rows (DGL writes them for types smaller than the chunk count) holds no
+    # values: it neither sets nor must match the field's dtype and row shape.
+    ref = next((i for i, info in enumerate(infos) if info.rows), 0)
+    spec = FieldSpec(str(infos[ref].dtype), tuple(int(x) for x in infos[ref].row_shape),
+                     paths[ref])
     for path, info in zip(paths, infos):
+        if not info.rows:
+            continue
         found = FieldSpec(str(info.dtype), tuple(int(x) for x in info.row_shape), path)
         if (found.dtype, found.row_shape) != (spec.dtype, spec.row_shape):
             raise FormatError(f"dtype/shape {found.describe()} differs from the first chunk "

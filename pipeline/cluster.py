@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from concurrent.futures import CancelledError
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
@@ -217,17 +218,23 @@ class TaskRunner:
                          return_when="FIRST_COMPLETED")
                 except TimeoutError:
                     pass
+                except CancelledError:
+                    pass  # a future cancelled elsewhere: settled below, after any failure
                 done = sorted(i for i in pending if futures[i].done())
-                failed = [i for i in done if futures[i].status == "error"]
+                failed = [i for i in done if futures[i].status == "error"] or \
+                    [i for i in done if futures[i].status == "cancelled"]
                 if failed:
-                    self._cancel_and_settle([futures[j] for j in pending if j != failed[0]])
-                    futures[failed[0]].result()  # raises the task's own exception
+                    k = failed[0]
+                    self._cancel_and_settle([futures[j] for j in pending if j != k],
+                                            f"task {k} of {desc!r} failed")
+                    self._raise_failure(futures[k], items[k], desc)
                 for i in done:
                     # Fetched at once: a result left on a worker that dies is lost with it.
                     results[i] = futures[i].result()
                     futures[i].release()
                     if isinstance(results[i], _Failed):
-                        self._cancel_and_settle([futures[j] for j in pending if j != i])
+                        self._cancel_and_settle([futures[j] for j in pending if j != i],
+                                                f"task {i} of {desc!r} failed")
                         raise results[i].error
                     pending.discard(i)
                     bar.update()
@@ -236,12 +243,34 @@ class TaskRunner:
                     futures[i] = self._submit(fn, items[i], pins[i])
         return results
 
-    def _cancel_and_settle(self, futures: list, timeout: float = 60.0) -> None:
+    @staticmethod
+    def _raise_failure(future, item, desc: str):
+        """Raise the exception of a failed task, with the task, its file and the line that
+        raised it added to the message (the user sees one line). A task cancelled by someone
+        else (the scheduler, another client) raises :class:`TaskCancelled` saying so."""
+        from formats import FormatError
+
+        if future.status == "cancelled":
+            raise TaskCancelled(f"a task of {desc!r}{_item_file(item)} was cancelled by the "
+                                f"Dask cluster, not by this step ({future.key})")
+        try:
+            future.result()
+        except (FormatError, OSError):
+            raise  # already names its file
+        except Exception as err:  # noqa: BLE001 - re-raised as itself, with its context
+            _add_context(err, desc, item)
+            raise
+        raise TaskCancelled(f"a task of {desc!r} failed without an exception ({future.key})")
+
+    def _cancel_and_settle(self, futures: list, why: str = "", timeout: float = 60.0) -> None:
         """Cancel ``futures`` and wait (bounded) until none still runs on a worker: a cancelled
         task that already started runs to its end, and the caller is about to remove the
-        folder it writes into."""
+        folder it writes into. ``why`` is the reason Dask records for the cancellation."""
         keys = {f.key for f in futures}
-        self.client.cancel(futures)
+        try:
+            self.client.cancel(futures, reason=why or None)
+        except TypeError:   # distributed before 2024.2 takes no reason
+            self.client.cancel(futures)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             running = {k for ks in self.client.processing().values() for k in ks}
@@ -301,6 +330,56 @@ class _WorkerWatch:
                     + (" (no worker is left)" if not now else
                        "; its tasks cannot run elsewhere: restart it, then rerun the command "
                        "to resume"))
+
+
+class TaskCancelled(RuntimeError):
+    """A task of a step was cancelled by the cluster (not by the step), so it has no result."""
+
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _item_file(item) -> str:
+    """`` on PATH`` for a task item that names the file it reads (``.path``), else ``""``."""
+    for x in (item, *(item if isinstance(item, tuple) else ())):
+        path = getattr(x, "path", None)
+        if isinstance(path, str):
+            return f" on {path}"
+    return ""
+
+
+def _raised_at(tb) -> str | None:
+    """``file:line`` of the innermost frame of ``tb`` in graphprep's own code (relative to the
+    project; this module's task wrapper excepted), else of the innermost frame; None without a
+    traceback. A failed task's traceback is the worker's, carried to the client by Dask."""
+    last = mine = None
+    while tb is not None:
+        code = tb.tb_frame.f_code.co_filename
+        last = (code, tb.tb_lineno)
+        if os.path.isabs(code) and code.startswith(_ROOT + os.sep) and \
+                "site-packages" not in code and code != os.path.abspath(__file__):
+            mine = (os.path.relpath(code, _ROOT), tb.tb_lineno)
+        tb = tb.tb_next
+    where = mine or (last and (os.path.basename(last[0]), last[1]))
+    return f"{where[0]}:{where[1]}" if where else None
+
+
+def _add_context(err: BaseException, desc: str, item) -> None:
+    """Append ``(task DESC on FILE, raised at FILE:LINE)`` to ``err``'s one-string message in
+    place (its type stays, so handlers and the CLI's one line see the real error); exceptions
+    whose text is not their one argument get it as a note (shown with the traceback)."""
+    where = _raised_at(err.__traceback__)
+    context = f"task {desc!r}{_item_file(item)}" + (f", raised at {where}" if where else "")
+    args = err.args
+    if len(args) == 1 and isinstance(args[0], str) and str(err) == args[0]:
+        err.args = (f"{args[0]} ({context})",)
+        if str(err) == err.args[0]:
+            return
+        err.args = args
+    elif not args and not str(err):
+        err.args = (f"({context})",)
+        return
+    err.add_note(context)
 
 
 @dataclass(frozen=True)

@@ -343,3 +343,17 @@ def test_dgl_input_partitions_and_verifies(tmp_path, prep, edges_fmt):
     prep("partition", tmp_path / "out", tmp_path / "a", "-p", 2)
     prep("dispatch", tmp_path / "out", tmp_path / "a", tmp_path / "d")
     prep("verify", tmp_path / "out", tmp_path / "d")
+
+
+def test_zero_edge_type_is_kept_without_its_empty_data(tmp_path, prep):
+    """An edge type with 0 edges (DGL: 0-byte chunks and 0-row data files) stays a type with
+    no chunks; its data fields, which hold no rows, are not carried (a warning says so)."""
+    graph = source_graph(9)
+    et = ("paper", "cites", "paper")
+    graph["edges"][et] = np.empty((0, 2), np.int64)
+    graph["edata"][et] = {"count": np.empty(0, np.int64)}
+    r = chunk(prep, graph, tmp_path)
+    assert "'paper:cites:paper' has 0 edges" in r.output and "(count)" in r.output
+    graph["edata"].pop(et)
+    assert_read_exactly(tmp_path / "out", graph)
+    assert EdgeType(*et) not in load_chunked_graph(str(tmp_path / "out")).edge_data

@@ -7,10 +7,14 @@ data files, so output chunks follow ``--chunk-size`` whatever the input's chunki
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from formats import load_chunked_graph, validate_chunked_graph
 from .sources import ChunkedArray, ChunkFileEdges, EdgeSource, SourceGraph
+
+log = logging.getLogger(__name__)
 
 
 def from_chunked(folder: str, chunk_size: int, runner, nan_policy: str) -> SourceGraph:
@@ -20,8 +24,13 @@ def from_chunked(folder: str, chunk_size: int, runner, nan_policy: str) -> Sourc
                            runner=lambda fn, items: runner(fn, items, "validate input"))
     edges = []
     for et in graph.edge_types:
-        data = tuple((name, ChunkedArray.of(graph, files))
-                     for name, files in graph.edge_data.get(et, {}).items())
+        fields = graph.edge_data.get(et, {})
+        if fields and not graph.num_edges[et]:
+            # DGL writes 0-row files for them; a field with no rows has no chunk to carry it.
+            log.warning("edge type '%s' has 0 edges: its edge data (%s) is not carried", et,
+                        ", ".join(sorted(fields)))
+            fields = {}
+        data = tuple((name, ChunkedArray.of(graph, files)) for name, files in fields.items())
         bounds = np.cumsum((0,) + graph.edge_chunks[et])
         paths = [graph.path(rel) for rel in graph.edges[et].files]
         parts = []

@@ -79,8 +79,8 @@ def csv_columns(path: str, opts: ChunkOptions) -> CsvColumns | None:
     first = raw.decode("utf-8", "replace").rstrip("\r\n")
     fields = [x.strip() for x in first.split(delimiter)]
     if len(fields) < 2:
-        raise FormatError(f"expected at least 2 columns separated by {delimiter!r}, "
-                          f"found {first[:80]!r}", file=path, row=0)
+        raise FormatError(f"found 1 column: is the delimiter {delimiter!r} right? (first line "
+                          f"{first[:80]!r}; --delimiter sets it)", file=path, row=0)
     header = opts.header if opts.header is not None else not all(_is_int(x) for x in fields)
     names = fields if header else [str(i) for i in range(len(fields))]
     src = _column(opts.src_col, "src", names, header, path, 0)

@@ -24,6 +24,7 @@ def detect_kind(path: str) -> str:
     """Guess the input kind from what ``path`` holds."""
     from .edgelist import is_edge_file
     from .ogb import is_ogb
+    from .pyg import processed_file
 
     if not os.path.exists(path):
         raise FormatError("input not found", file=path)
@@ -35,6 +36,8 @@ def detect_kind(path: str) -> str:
             return "ogb"
         if any(n.startswith("ind.") and n.endswith(".graph") for n in names):
             return "planetoid"
+        if processed_file(path) is not None:       # a PyG InMemoryDataset's folder
+            return "pyg"
         if os.path.isdir(os.path.join(path, "edges")):
             return "csv"
         if any(n.endswith(".npy") for n in names):

@@ -274,7 +274,6 @@ def test_damaged_chunk_is_named_and_nothing_is_written(prep, synth_graph, tmp_pa
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".x")]
 
 
-
 @pytest.fixture
 def with_empty_chunk(synth_graph, tmp_path):
     """The synth graph with a 0-edge chunk appended to its first edge type (legal in our
@@ -305,8 +304,6 @@ def test_empty_chunk_is_a_0_byte_file_that_dgl_skips(prep, with_empty_chunk, tmp
     check_dgl_reads(str(out), original)
 
 
-@pytest.mark.xfail(reason="issue 16 item 3: prep chunk rejects a 0-byte CSV edge chunk "
-                          "(formats/arrays.py, not this module)", strict=False)
 def test_empty_chunk_reads_back(prep, with_empty_chunk, tmp_path):
     original, et = with_empty_chunk
     out = tmp_path / "x"

@@ -13,7 +13,26 @@ import pytest
 
 from conftest import dispatched
 from hostsim import ROOT, listening
-from trainer import netif
+from trainer import netif, rendezvous
+
+
+def _devices_served(backend: str) -> dict[str, str]:
+    """Device type -> backend for an ``init_process_group`` backend string, as torch reads it."""
+    import torch.distributed as dist
+    if ":" in backend:
+        return dict(pair.split(":") for pair in backend.split(","))
+    return {device: backend for device in dist.Backend.backend_capability[backend]}
+
+
+def test_cuda_ranks_keep_a_cpu_backend_for_their_cpu_collectives():
+    """Epoch statistics, evaluation counts, barriers and object gathers are CPU tensors: the
+    group of CUDA ranks must serve CPU too (a plain "nccl" group does not). NCCL itself is
+    the CUDA-only part and cannot run here: no CUDA device."""
+    import torch
+    assert "cpu" not in _devices_served("nccl")              # why the choice matters
+    cuda = _devices_served(rendezvous.backend_for(torch.device("cuda")))
+    assert cuda == {"cpu": "gloo", "cuda": "nccl"}
+    assert _devices_served(rendezvous.backend_for(torch.device("cpu")))["cpu"] == "gloo"
 
 
 def test_loopback_master_picks_lo_and_fills_unset_variables_only():

@@ -55,7 +55,10 @@ def test_report_renders_every_kind(prep, cora_chunked, cora_parts, tmp_path):
     epochs = [{"epoch": e, "loss": 1.5 / (e + 1), "train_acc": 0.5 + e / 10,
                "val_acc": 0.45 + e / 12, "test_acc": 0.44 + e / 12,
                "time_per_rank_s": {"sample_local": 1.0, "feature_fetch": 0.5,
-                                   "forward_backward": 2.0}} for e in range(4)]
+                                   "forward_backward": 2.0},
+               "time_by_rank_s": {"sample_local": [0.5, 1.5], "feature_fetch": [0.5, 0.5],
+                                  "forward_backward": [1.0, 3.0], "epoch_s": [3.0, 5.0]}}
+              for e in range(4)]
     metrics.write_text(json.dumps({"config": {"epochs": 4}, "epochs": epochs,
                                    "summary": {"best_epoch": 3, "test_acc": 0.69}}))
     out = tmp_path / "report.html"
@@ -66,7 +69,7 @@ def test_report_renders_every_kind(prep, cora_chunked, cora_parts, tmp_path):
     kinds = re.findall(r'<section class="(\w+)">', page)
     assert kinds == ["partitioned", "assignment", "metrics", "chunked"]
     pngs = _pngs(page)
-    assert len(pngs) == 3 + 1 + 3            # degrees, bars, cut; bars; loss, metrics, time
+    assert len(pngs) == 3 + 1 + 4    # degrees, bars, cut; bars; loss, metrics, time, by rank
     assert all(size > 8000 and w >= 300 and h >= 250 for size, w, h in pngs)
     for path in (d, metrics, cora_chunked):
         assert f": {path}</h2>" in page

@@ -54,6 +54,9 @@ def test_cora_two_parts_two_ranks_beats_075_and_reproduces(cora, tmp_path):
     assert epoch["val_nodes"] == 500 and epoch["rpc_requests"] > 0
     assert set(epoch["time_per_rank_s"]) >= {"sample_local", "sample_remote", "feature_fetch",
                                              "forward_backward", "allreduce"}
+    for phase, each in epoch["time_by_rank_s"].items():           # rank by rank, 2 ranks
+        assert len(each) == 2
+        assert sum(each) / 2 == pytest.approx(epoch["time_per_rank_s"][phase], abs=1e-3)
     second, m2, _ = train(cora[2], tmp_path, *CORA, name="b")
     assert second.returncode == 0, second.stderr[-3000:]
     assert [e["test_acc"] for e in m2["epochs"]] == [e["test_acc"] for e in m1["epochs"]]

@@ -12,6 +12,7 @@ import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
 from torch.distributed import rpc
 from torch.distributed.rendezvous import register_rendezvous_handler
@@ -42,6 +43,14 @@ class RankEnv:
         except KeyError as err:
             raise RuntimeError(f"environment variable {err.args[0]} is not set (run under "
                                "`python -m trainer` or torchrun)") from None
+
+
+def backend_for(device: torch.device) -> str:
+    """The process-group backend for ranks computing on ``device``: gloo on CPU; on CUDA,
+    NCCL for the gradients plus gloo for CPU tensors. The epoch statistics, evaluation
+    counts, barriers and object gathers are CPU tensors, and a plain ``"nccl"`` group has no
+    CPU backend: each of those collectives would fail on the first epoch."""
+    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
 
 
 def start(env: RankEnv, backend: str, timeout_s: float) -> None:

@@ -112,7 +112,7 @@ def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
         add_log_degree(part)
     server = PartServer(part.place(cfg.placement))
     serve(server)  # before joining: no request can find this rank without a server
-    rendezvous.start(env, "nccl" if device.type == "cuda" else "gloo", cfg.rpc_timeout)
+    rendezvous.start(env, rendezvous.backend_for(device), cfg.rpc_timeout)
     log.info("rank %d serves part %d of %d (%d ranks per part)", env.rank, p, graph.num_parts,
              cfg.ranks_per_part)
     transport = RpcTransport(cfg.ranks_per_part, env.rank % cfg.ranks_per_part, cfg.rpc_timeout)
@@ -327,7 +327,8 @@ def _evaluate(model, loader: NodeLoader, device) -> tuple[int, int]:
 def _epoch_record(epoch, env, train_s, epoch_s, sums: dict[str, float], times, rpc,
                   batches) -> dict:
     """One epoch's common figures, reduced over ranks (``sums`` and bytes summed, times
-    averaged); the task's summed training counts are returned under ``"sums"``."""
+    averaged in ``time_per_rank_s`` and listed rank by rank in ``time_by_rank_s``); the
+    task's summed training counts are returned under ``"sums"``."""
     names = list(PHASES) + ["train_s", "epoch_s"]
     values = list(sums.values()) + [times[p] for p in PHASES] + [train_s, epoch_s] + \
         list(rpc.values()) + [batches]
@@ -336,15 +337,19 @@ def _epoch_record(epoch, env, train_s, epoch_s, sums: dict[str, float], times, r
     most = torch.tensor([train_s, epoch_s, batches, peak_rss_bytes() / 2**20],
                         dtype=torch.float64)
     dist.all_reduce(most, op=dist.ReduceOp.MAX)
+    mine = torch.tensor([times[p] for p in PHASES] + [train_s, epoch_s], dtype=torch.float64)
+    each = [torch.empty_like(mine) for _ in range(env.world_size)]
+    dist.all_gather(each, mine)          # stragglers show per rank, not in the mean
     total, most = total.tolist(), most.tolist()
     k = len(sums)
     per_rank = {n: round(v / env.world_size, 4) for n, v in zip(names, total[k:k + len(names)])}
+    by_rank = {n: [round(float(t[i]), 4) for t in each] for i, n in enumerate(names)}
     rpc_total = dict(zip(rpc, (int(v) for v in total[k + len(names):-1])))
     return {"sums": dict(zip(sums, total[:k])),
             "epoch_s": float(most[1]), "train_s": float(most[0]),
             "batches_total": int(total[-1]), "batches_max_rank": int(most[2]),
             "peak_rss_mb_max_rank": round(most[3], 1),
-            "time_per_rank_s": per_rank, **rpc_total}
+            "time_per_rank_s": per_rank, "time_by_rank_s": by_rank, **rpc_total}
 
 
 def summarize(history: list[dict], metric: str = "val_acc") -> dict:

@@ -79,6 +79,8 @@ def _metrics_figures(path: str) -> list[str]:
         figures.append(_img(plots.curves(epochs, names, "Metrics"), "metrics"))
     if any(r.get("time_per_rank_s") for r in epochs):
         figures.append(_img(plots.time_bars(epochs), "time per rank"))
+    if epochs and all(r.get("time_by_rank_s") for r in epochs):   # older files lack it
+        figures.append(_img(plots.rank_bars(epochs), "time by rank"))
     return figures
 
 

@@ -74,8 +74,9 @@ def cut_heatmap(cut: np.ndarray) -> bytes:
     the rest the cut."""
     plt, fig, (ax,) = _figure(width=4.6, height=4.0)
     shown = np.where(np.eye(len(cut), dtype=bool), np.nan, cut.astype(float))
-    image = ax.imshow(shown, cmap="viridis")
-    fig.colorbar(image, ax=ax, label="edges (diagonal: not cut)")
+    # from 0, so that equal cuts (two parts) do not get a colour scale of their own noise
+    image = ax.imshow(shown, cmap="viridis", vmin=0)
+    fig.colorbar(image, ax=ax, label="cut edges (diagonal, uncoloured: a part's own)")
     for q in range(len(cut)):
         for p in range(len(cut)):
             if len(cut) <= 16:
@@ -106,7 +107,7 @@ def curves(epochs: list[dict], names: list[str], title: str) -> bytes:
 
 def time_bars(epochs: list[dict]) -> bytes:
     """Per epoch, the trainer's per-rank time per phase (mean over ranks), stacked."""
-    plt, fig, (ax,) = _figure()
+    plt, fig, (ax,) = _figure(width=8.4)
     phases = [k for k in dict.fromkeys(k for r in epochs for k in (r.get("time_per_rank_s") or {}))
               if k not in TOTALS]
     x = [r["epoch"] for r in epochs]
@@ -118,5 +119,30 @@ def time_bars(epochs: list[dict]) -> bytes:
     _epoch_axis(ax)
     ax.set_ylabel("seconds per rank (mean over ranks)")
     ax.set_title("Time per rank by phase (background phases overlap)")
-    ax.legend(fontsize="x-small", ncol=2)
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))  # off the bars
+    return _png(plt, fig)
+
+
+def rank_bars(epochs: list[dict]) -> bytes:
+    """Per rank, the trainer's time per phase summed over all epochs, stacked, with each
+    rank's summed epoch time as a marker: a straggler shows here where the mean hides it."""
+    plt, fig, (ax,) = _figure(width=8.4)
+    by_phase = {}
+    for record in epochs:
+        for phase, values in (record.get("time_by_rank_s") or {}).items():
+            by_phase[phase] = by_phase.get(phase, 0.0) + np.asarray(values, dtype=float)
+    totals = by_phase.pop("epoch_s", None)
+    by_phase.pop("train_s", None)
+    ranks = np.arange(len(next(iter(by_phase.values()))))
+    bottom = np.zeros(len(ranks))
+    for phase, values in by_phase.items():
+        ax.bar(ranks, values, bottom=bottom, label=phase)
+        bottom += values
+    if totals is not None:
+        ax.plot(ranks, totals, "k_", markersize=24, markeredgewidth=2, label="epoch wall time")
+    ax.set_xticks(ranks)
+    ax.set_xlabel("rank")
+    ax.set_ylabel(f"seconds over {len(epochs)} epochs")
+    ax.set_title("Time by rank and phase, all epochs (background phases overlap)")
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))  # off the bars
     return _png(plt, fig)

@@ -268,3 +268,15 @@ def test_link_loss_training_reduces_loss(name):
     with torch.no_grad():
         pos_s, neg_s = scorer(emb(src), emb(dst)), scorer(emb(neg_src), emb(neg_dst))
     assert auc(pos_s, neg_s) > 0.95
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_lookup_takes_ids_and_keys_on_any_device(device):
+    """``trainer embed`` keeps the ID keys on the CPU and the rows on the rank's device:
+    ``index_select`` on CUDA rows refuses a CPU index, so the lookup must move it."""
+    from trainer.link_train import lookup
+    keys = torch.tensor([2, 5, 9])
+    rows = torch.arange(6.).view(3, 2).to(device)
+    got = lookup((keys, rows), torch.tensor([9, 2, 9]))
+    assert got.device == rows.device
+    assert got.cpu().tolist() == [[4., 5.], [0., 1.], [4., 5.]]

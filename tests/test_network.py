@@ -33,6 +33,24 @@ def test_cuda_ranks_keep_a_cpu_backend_for_their_cpu_collectives():
     cuda = _devices_served(rendezvous.backend_for(torch.device("cuda")))
     assert cuda == {"cpu": "gloo", "cuda": "nccl"}
     assert _devices_served(rendezvous.backend_for(torch.device("cpu")))["cpu"] == "gloo"
+    # two ranks on one GPU: NCCL refuses them, gloo serves both device types
+    shared = _devices_served(rendezvous.backend_for(torch.device("cuda"), shared_gpu=True))
+    assert shared["cpu"] == "gloo" and shared["cuda"] == "gloo"
+
+
+@pytest.mark.parametrize("flags", [(False, False, False), (False, True, False), (True, True, True)])
+def test_ranks_agree_on_a_flag_any_of_them_holds(flags):
+    """The GPU-sharing flag picks the backend, which every rank must agree on: any rank
+    that shares its GPU turns every rank to gloo, and none returns before all have spoken."""
+    from concurrent.futures import ThreadPoolExecutor
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    store = dist.HashStore()
+    with ThreadPoolExecutor(len(flags)) as pool:
+        answers = list(pool.map(lambda f: rendezvous.any_rank(
+            store, "k", f, len(flags), timedelta(seconds=30)), flags))
+    assert answers == [any(flags)] * len(flags)
 
 
 def test_loopback_master_picks_lo_and_fills_unset_variables_only():

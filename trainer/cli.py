@@ -77,8 +77,8 @@ class OneLineErrors(click.Command):
 @click.option("--hidden", default=128, help="Hidden width of the GraphSAGE layers.")
 @click.option("--dropout", default=0.5, help="Dropout before every layer.")
 @click.option("--device", default="cpu", type=click.Choice(["cpu", "cuda"]),
-              help="Where the model runs (cuda: one GPU per rank, by LOCAL_RANK; DDP uses "
-                   "nccl, else gloo).")
+              help="Where the model runs (cuda: GPU LOCAL_RANK mod the GPU count; DDP uses "
+                   "nccl, or gloo on CPU and where ranks share a GPU).")
 @click.option("--placement", default="cpu", type=click.Choice(["cpu", "pinned", "cuda"]),
               help="Where the part's graph structure lives and is sampled: cpu (memory-mapped), "
                    "pinned (page-locked host memory), cuda (sampling on the GPU).")

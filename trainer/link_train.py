@@ -164,4 +164,4 @@ class LinkTask:
 def lookup(table: tuple[torch.Tensor, torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
     """Rows of ``ids`` in ``(ascending ids, rows)``; every id must be present."""
     keys, rows = table
-    return rows.index_select(0, torch.searchsorted(keys, ids.to(keys.device)))
+    return rows.index_select(0, torch.searchsorted(keys, ids.to(keys.device)).to(rows.device))

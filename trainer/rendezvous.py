@@ -7,6 +7,7 @@ No port is a constant.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from torch.distributed.rendezvous import register_rendezvous_handler
 from .netif import NetworkSetupError, resolve
 from .service import rank_name
 
+log = logging.getLogger("trainer")
+
 
 @dataclass(frozen=True)
 class RankEnv:
@@ -31,6 +34,7 @@ class RankEnv:
     master_addr: str
     master_port: int
     agent_store: bool  # torchrun's agent already serves the store on MASTER_PORT
+    local_world_size: int = 1  # ranks on this host
 
     @classmethod
     def from_env(cls) -> "RankEnv":
@@ -39,27 +43,56 @@ class RankEnv:
                        int(os.environ.get("LOCAL_RANK", os.environ["RANK"])),
                        os.environ.get("MASTER_ADDR", "127.0.0.1"),
                        int(os.environ["MASTER_PORT"]),
-                       os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True")
+                       os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+                       int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
         except KeyError as err:
             raise RuntimeError(f"environment variable {err.args[0]} is not set (run under "
                                "`python -m trainer` or torchrun)") from None
 
 
-def backend_for(device: torch.device) -> str:
+def backend_for(device: torch.device, shared_gpu: bool = False) -> str:
     """The process-group backend for ranks computing on ``device``: gloo on CPU; on CUDA,
     NCCL for the gradients plus gloo for CPU tensors. The epoch statistics, evaluation
     counts, barriers and object gathers are CPU tensors, and a plain ``"nccl"`` group has no
-    CPU backend: each of those collectives would fail on the first epoch."""
-    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+    CPU backend: each of those collectives would fail on the first epoch.
+
+    ``shared_gpu``: some rank of the job shares its GPU with another. NCCL refuses two ranks
+    on one GPU ("Duplicate GPU detected"), so gloo reduces the CUDA tensors too, through
+    host memory: slower gradient sync, but a 1-GPU host can train a many-part graph."""
+    if device.type != "cuda" or shared_gpu:
+        return "gloo"
+    return "cpu:gloo,cuda:nccl"
 
 
-def start(env: RankEnv, backend: str, timeout_s: float) -> None:
-    """Join the process group and the RPC group, both on the one store at ``MASTER_ADDR``;
-    every blocking call is bounded by ``timeout_s`` so a dead peer ends this rank with an
-    error instead of a hang. Call ``trainer.netif`` first: it picks the interface the process
+def any_rank(store, key: str, flag: bool, world_size: int, timeout: timedelta) -> bool:
+    """Whether ``flag`` holds on any rank: every rank calls this once with the same ``key``
+    and blocks until all have. Used before the process group exists (its backend is what
+    the ranks must agree on), so it runs on the job's store alone."""
+    store.add(f"{key}/true", int(flag))
+    if store.add(f"{key}/arrived", 1) == world_size:
+        store.set(f"{key}/done", "1")
+    store.wait([f"{key}/done"], timeout)
+    return store.add(f"{key}/true", 0) > 0
+
+
+def start(env: RankEnv, device: torch.device, timeout_s: float) -> None:
+    """Join the process group (its backend as :func:`backend_for` picks for ``device``, the
+    same on every rank) and the RPC group, both on the one store at ``MASTER_ADDR``; every
+    blocking call is bounded by ``timeout_s`` so a dead peer ends this rank with an error
+    instead of a hang. Call ``trainer.netif`` first: it picks the interface the process
     groups listen on."""
     timeout = timedelta(seconds=timeout_s)
     store = _store(env, timeout)
+    backend = backend_for(device)
+    if device.type == "cuda":
+        shares = env.local_world_size > torch.cuda.device_count()
+        if any_rank(dist.PrefixStore("gpu-shared", store), "any", shares, env.world_size,
+                    timeout):
+            backend = backend_for(device, shared_gpu=True)
+            if shares:
+                log.warning("%d ranks on this host share %d GPU(s): NCCL refuses two ranks on "
+                            "one GPU, so gloo reduces the gradients (through host memory)",
+                            env.local_world_size, torch.cuda.device_count())
     dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
                             world_size=env.world_size, timeout=timeout)
     _rpc_store[:] = [dist.PrefixStore("rpc", store)]

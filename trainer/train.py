@@ -86,9 +86,11 @@ class Rank:
         """A sampler and a feature fetcher over all parts, timed into the epoch's breakdown
         or not."""
         breakdown = self.breakdown if timed else Breakdown()
+        # The served CSC's device names its GPU ("cuda:1"); plain "cuda" would mean GPU 0 on
+        # the loader's thread, where this rank's torch.cuda.set_device does not apply.
         sampler = DistNeighborSampler(self.part, self.server, self.transport, fanouts,
-                                      "cuda" if self.cfg.placement == "cuda" else "cpu",
-                                      breakdown)
+                                      self.server.device if self.cfg.placement == "cuda"
+                                      else "cpu", breakdown)
         fetcher = FeatureFetcher(self.part, self.server, self.transport, breakdown, self.cache,
                                  self.extra_inputs)
         return sampler, fetcher
@@ -112,7 +114,7 @@ def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
         add_log_degree(part)
     server = PartServer(part.place(cfg.placement))
     serve(server)  # before joining: no request can find this rank without a server
-    rendezvous.start(env, rendezvous.backend_for(device), cfg.rpc_timeout)
+    rendezvous.start(env, device, cfg.rpc_timeout)
     log.info("rank %d serves part %d of %d (%d ranks per part)", env.rank, p, graph.num_parts,
              cfg.ranks_per_part)
     transport = RpcTransport(cfg.ranks_per_part, env.rank % cfg.ranks_per_part, cfg.rpc_timeout)

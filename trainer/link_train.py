@@ -67,7 +67,8 @@ class LinkTask:
                 pos, neg = ddp(batch.blocks, batch.x, batch.etype, batch.pos, batch.neg)
                 loss = link_loss(pos, neg)
                 step(loss, optimizer, f"epoch {epoch}, batch {i} (rank {self.rank.env.rank})")
-            loss_sum += loss.detach().double().cpu() * len(pos)
+                # inside the clock: on a GPU, .cpu() waits for the step's kernels
+                loss_sum += loss.detach().double().cpu() * len(pos)
             seen += len(pos)
         return {"loss_sum": float(loss_sum), "seen": seen}
 

@@ -103,8 +103,9 @@ def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
     ntype = target_etype(graph, cfg.target_etype).dst if cfg.task == "link" else \
         target_type(graph, cfg.target)
     device = torch.device(cfg.device)
-    if device.type == "cuda":
+    if device.type == "cuda" or cfg.placement == "cuda":   # ranks spread over the GPUs
         torch.cuda.set_device(env.local_rank % torch.cuda.device_count())
+    if device.type == "cuda":
         device = torch.device("cuda", torch.cuda.current_device())
     p = env.rank // cfg.ranks_per_part
     part = LocalPart.load(cfg.graph, p)
@@ -215,7 +216,8 @@ class NodeTask:
                 logits = ddp(batch.blocks, batch.x, batch.ntype)
                 loss = torch.nn.functional.cross_entropy(logits, batch.y)
                 step(loss, optimizer, f"epoch {epoch}, batch {i} (rank {self.rank.env.rank})")
-            loss_sum += loss.detach().double().cpu() * len(batch.y)
+                # inside the clock: on a GPU, .cpu() waits for the step's kernels
+                loss_sum += loss.detach().double().cpu() * len(batch.y)
             correct += int((logits.argmax(1) == batch.y).sum())
             seen += len(batch.y)
         return {"loss_sum": float(loss_sum), "correct": correct, "seen": seen}

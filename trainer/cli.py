@@ -81,7 +81,8 @@ class OneLineErrors(click.Command):
                    "nccl, or gloo on CPU and where ranks share a GPU).")
 @click.option("--placement", default="cpu", type=click.Choice(["cpu", "pinned", "cuda"]),
               help="Where the part's graph structure lives and is sampled: cpu (memory-mapped), "
-                   "pinned (page-locked host memory), cuda (sampling on the GPU).")
+                   "pinned (page-locked host memory, sampled on the CPU), cuda (sampling on the "
+                   "GPU).")
 @click.option("--ranks-per-part", default=1, help="Ranks serving each part; they split its "
                                                   "seeds. World size = parts x this.")
 @click.option("--target", default=None,

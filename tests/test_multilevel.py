@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from conftest import run_prep
 
-from formats import load_chunked_graph, read_edge_chunk
+from formats import load_chunked_graph
 from pipeline.cluster import local_runner
 from pipeline.partition.base import PartitionOptions
 from pipeline.partition.metis_method import (
     MetisPartitioner,
+    edge_cut,
     symmetric_csr,
-    type_offsets,
     vertex_weights,
 )
 from pipeline.partition.multilevel import MultilevelPartitioner
@@ -83,14 +83,7 @@ def assign(partitioner, graph_dir, opts, out, runner=local_runner):
 
 def cut_of(graph_dir, parts) -> int:
     """Edge cut over the input edge rows (as the statistics count it)."""
-    g = load_chunked_graph(str(graph_dir))
-    off = type_offsets(g)
-    cut = 0
-    for et in g.edge_types:
-        for f in g.edges[et].files:
-            s, d = read_edge_chunk(g.path(f), g.edges[et])
-            cut += int((parts[s + off[et.src]] != parts[d + off[et.dst]]).sum())
-    return cut
+    return edge_cut(load_chunked_graph(str(graph_dir)), parts)
 
 
 def max_imbalance(graph_dir, parts, balance, k) -> np.ndarray:

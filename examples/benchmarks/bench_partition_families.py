@@ -25,11 +25,11 @@ import numpy as np
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, ROOT)
 
-from formats import load_chunked_graph, read_edge_chunk  # noqa: E402
+from formats import load_chunked_graph  # noqa: E402
 from pipeline import api  # noqa: E402
 from pipeline.cluster import local_runner  # noqa: E402
 from pipeline.partition.base import PartitionOptions  # noqa: E402
-from pipeline.partition.metis_method import MetisPartitioner, type_offsets  # noqa: E402
+from pipeline.partition.metis_method import MetisPartitioner, edge_cut  # noqa: E402
 from pipeline.partition.multilevel import MultilevelPartitioner  # noqa: E402
 
 PLANETOID = os.path.join(ROOT, "examples", "data", "planetoid")
@@ -91,14 +91,7 @@ def chunked_edges(root: str, name: str, src, dst, n: int) -> str:
 
 
 def cut_of(graph_dir: str, parts: np.ndarray) -> int:
-    g = load_chunked_graph(graph_dir)
-    off = type_offsets(g)
-    cut = 0
-    for et in g.edge_types:
-        for f in g.edges[et].files:
-            s, d = read_edge_chunk(g.path(f), g.edges[et])
-            cut += int((parts[s + off[et.src]] != parts[d + off[et.dst]]).sum())
-    return cut
+    return edge_cut(load_chunked_graph(graph_dir), parts)
 
 
 def parts_of(partitioner, graph_dir: str, k: int, coarse_edges, out: str) -> np.ndarray:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import ChunkedGraph, FormatError
+from formats import ChunkedGraph, FormatError, read_edge_chunk
 from formats.output import save_npy
 from formats.validate import read_checked_edges
 from ..arrayops import unique_ints
@@ -40,6 +40,20 @@ def type_offsets(graph: ChunkedGraph) -> dict[str, int]:
         offsets[t] = total
         total += graph.num_nodes[t]
     return offsets
+
+
+def edge_cut(graph: ChunkedGraph, parts: np.ndarray) -> int:
+    """Input edge rows whose ends lie in different parts (as the statistics count the cut).
+    ``parts``: one part per node in the one ID space of all types (:func:`type_offsets`).
+    Holds one edge chunk at a time, plus ``parts``: for tests and benchmarks of graphs whose
+    node count fits in memory."""
+    off = type_offsets(graph)
+    cut = 0
+    for et in graph.edge_types:
+        for f in graph.edges[et].files:
+            src, dst = read_edge_chunk(graph.path(f), graph.edges[et])
+            cut += int((parts[src + off[et.src]] != parts[dst + off[et.dst]]).sum())
+    return cut
 
 
 def symmetric_csr(graph: ChunkedGraph, with_in_degree: bool = False):

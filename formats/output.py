@@ -81,16 +81,36 @@ def restore_previous(final: str) -> None:
 def swap_into_place(partial: str, final: str) -> bool:
     """Replace ``final`` by the complete folder ``partial`` (rename the old one aside, rename
     the new one in, delete the old). Idempotent: returns False when ``partial`` is gone (already
-    swapped, e.g. by another worker sharing this file system)."""
+    swapped, e.g. by another worker sharing this file system). Workers of one host swap one at
+    a time: two machines' commit tasks on a shared file system raced between the check and the
+    rename, and the loser failed on the folder the winner had just moved."""
     _, old = side_paths(final)
-    if not os.path.exists(partial):
-        return False
-    if os.path.exists(final):
+    with _folder_lock(os.path.dirname(os.path.abspath(final))):
+        if not os.path.exists(partial):
+            return False
+        if os.path.exists(final):
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(final, old)
+        os.rename(partial, final)
         shutil.rmtree(old, ignore_errors=True)
-        os.rename(final, old)
-    os.rename(partial, final)
-    shutil.rmtree(old, ignore_errors=True)
     return True
+
+
+@contextmanager
+def _folder_lock(folder: str):
+    """An exclusive ``flock`` on ``folder`` itself (no lock file left behind); a no-op where
+    the platform has no ``fcntl``."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: one worker per output folder there
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)        # releases the lock
 
 
 def device_of(path: str) -> str:

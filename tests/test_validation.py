@@ -180,3 +180,21 @@ def test_dgl_variants_load(graph_dir):
     edit_meta(graph_dir, lambda m: (m.pop("num_nodes_per_chunk"),
                                     m.update(num_nodes_per_type=[10, 6])))
     assert load_chunked_graph(str(graph_dir)).num_nodes == base.num_nodes
+
+
+def test_concurrent_swaps_into_place_leave_one_whole_output(tmp_path):
+    """Two machines' commit tasks on one shared file system swap the same folder at once:
+    exactly one moves it in, the other finds it done; nothing fails, nothing is left aside."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from formats.output import side_paths, swap_into_place
+    final = tmp_path / "OUT"
+    partial = side_paths(str(final))[0]
+    for i in range(40):
+        os.makedirs(partial)
+        (tmp_path / partial / "graph.json").write_text(str(i))
+        with ThreadPoolExecutor(2) as pool:
+            swapped = list(pool.map(lambda _: swap_into_place(partial, str(final)), range(2)))
+        assert sorted(swapped) == [False, True]
+        assert (final / "graph.json").read_text() == str(i)
+        assert sorted(os.listdir(tmp_path)) == ["OUT"]

@@ -86,11 +86,11 @@ class Rank:
         """A sampler and a feature fetcher over all parts, timed into the epoch's breakdown
         or not."""
         breakdown = self.breakdown if timed else Breakdown()
-        # The served CSC's device names its GPU ("cuda:1"); plain "cuda" would mean GPU 0 on
-        # the loader's thread, where this rank's torch.cuda.set_device does not apply.
+        # Where the served CSC lives (pinned memory is on "cpu"); on a GPU it names its index
+        # ("cuda:1"): plain "cuda" would mean GPU 0 on the loader's thread, where this rank's
+        # torch.cuda.set_device does not apply.
         sampler = DistNeighborSampler(self.part, self.server, self.transport, fanouts,
-                                      self.server.device if self.cfg.placement == "cuda"
-                                      else "cpu", breakdown)
+                                      self.server.device, breakdown)
         fetcher = FeatureFetcher(self.part, self.server, self.transport, breakdown, self.cache,
                                  self.extra_inputs)
         return sampler, fetcher

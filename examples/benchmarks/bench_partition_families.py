@@ -90,29 +90,26 @@ def chunked_edges(root: str, name: str, src, dst, n: int) -> str:
     return out
 
 
-def cut_of(graph_dir: str, parts: np.ndarray) -> int:
-    return edge_cut(load_chunked_graph(graph_dir), parts)
-
-
-def parts_of(partitioner, graph_dir: str, k: int, coarse_edges, out: str) -> np.ndarray:
-    g = load_chunked_graph(graph_dir)
+def parts_of(partitioner, graph, k: int, coarse_edges, out: str) -> np.ndarray:
+    """The part of every node (one ID space of all types) as ``partitioner`` assigns them."""
     os.makedirs(out, exist_ok=True)
-    partitioner.assign(g, PartitionOptions(k, 0, (), "cut", 0.03, coarse_edges), local_runner,
-                       out)
-    return np.concatenate([np.load(os.path.join(out, f"{t}.npy")) for t in g.node_types])
+    partitioner.assign(graph, PartitionOptions(k, 0, (), "cut", 0.03, coarse_edges),
+                       local_runner, out)
+    return np.concatenate([np.load(os.path.join(out, f"{t}.npy")) for t in graph.node_types])
 
 
 def family_ratios(graph_dir: str, coarse_edges: int, rounds: int, work: str) -> dict:
+    graph = load_chunked_graph(graph_dir)
     out = {}
     for k in (2, 4, 8):
         start = time.perf_counter()
-        ml = parts_of(MultilevelPartitioner(range_size=4096, coarsen_rounds=rounds), graph_dir,
-                      k, coarse_edges, os.path.join(work, f"ml{k}"))
+        ml = parts_of(MultilevelPartitioner(range_size=4096, coarsen_rounds=rounds), graph, k,
+                      coarse_edges, os.path.join(work, f"ml{k}"))
         took = time.perf_counter() - start
-        ref = parts_of(MetisPartitioner(), graph_dir, k, None, os.path.join(work, f"metis{k}"))
-        cut, ref_cut = cut_of(graph_dir, ml), cut_of(graph_dir, ref)
-        out[k] = {"ratio": round(cut / ref_cut, 4) if ref_cut else float(cut == 0) or np.inf,
-                  "cut": cut, "metis_cut": ref_cut,
+        ref = parts_of(MetisPartitioner(), graph, k, None, os.path.join(work, f"metis{k}"))
+        cut, ref_cut = edge_cut(graph, ml), edge_cut(graph, ref)
+        ratio = cut / ref_cut if ref_cut else (1.0 if cut == 0 else float("inf"))
+        out[k] = {"ratio": round(ratio, 4), "cut": cut, "metis_cut": ref_cut,
                   "multilevel_s": round(took, 2)}
     return out
 

@@ -29,7 +29,7 @@ from formats.output import (MANIFEST, fingerprint, make_manifest, read_manifest,
 from formats.partitioned import GRAPH_JSON, PartInfo, PartitionedGraph
 from formats.storage import is_url
 from pipeline.cluster import ClusterOptions, TaskRunner, dask_client
-from pipeline.guard import guarded_output
+from formats.guard import guarded_output
 from .build import PartTask, build_part
 from .deliver import staging_for, upload, url_up_to_date
 from .plan import RANGE_SIZE, DispatchPlan

@@ -13,7 +13,7 @@ import json
 import os
 import platform
 import shutil
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from importlib import metadata as importlib_metadata
 
 import numpy as np
@@ -94,6 +94,23 @@ def swap_into_place(partial: str, final: str) -> bool:
         os.rename(partial, final)
         shutil.rmtree(old, ignore_errors=True)
     return True
+
+
+@contextmanager
+def replacing_file(path: str):
+    """``with replacing_file(path) as tmp: write tmp``: the file appears at ``path`` only when
+    the block succeeds (``.NAME.partial`` beside it, renamed over ``path``); on any failure the
+    partial file is removed and ``path`` keeps its previous bytes. Holds nothing."""
+    folder, name = os.path.split(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{name}.partial")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise
 
 
 @contextmanager

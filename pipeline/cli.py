@@ -13,6 +13,7 @@ import sys
 import click
 
 from formats import FormatError
+from formats.cli_types import FiniteFloat, OneLineErrors
 from formats.console import setup_logging, show_progress
 from .cluster import (LOST_WORKER_TIMEOUT_KEY, LOST_WORKER_TIMEOUT_S, ClusterOptions,
                       tls_security)
@@ -28,10 +29,10 @@ class EnvironmentFault(click.ClickException):
     exit_code = 1
 
 
-class PrepGroup(click.Group):
+class PrepGroup(OneLineErrors, click.Group):
     """Every failure of a step ends in one line and an exit code, never a bare traceback
     (``-v`` adds it): :class:`FormatError` -> 2 (bad input: file, field, row); a full disk, a
-    lost worker or any other fault -> 1."""
+    lost worker or any other fault -> 1; a bad option -> 2, one line naming it."""
 
     def invoke(self, ctx):
         try:
@@ -86,7 +87,7 @@ def cluster_options(fn):
     @click.option("--progress/--no-progress", default=True, show_default=True,
                   help="Show progress bars on stderr (only when it is a terminal and "
                        "TQDM_DISABLE is unset).")
-    @click.option("--lost-worker-timeout", type=click.FloatRange(1), default=LOST_WORKER_TIMEOUT_S,
+    @click.option("--lost-worker-timeout", type=FiniteFloat(1), default=LOST_WORKER_TIMEOUT_S,
                   metavar="SECONDS",
                   help="A worker that left the cluster while tasks pinned to it (a --machines "
                        "name) or all work waited for it: fail naming it after this long. "

@@ -7,6 +7,7 @@ import logging
 import click
 
 from formats import load_chunked_graph, validate_chunked_graph
+from formats.cli_types import FiniteFloat
 from formats.validate import NAN_POLICIES
 from . import api
 from .cli import cluster_options, local_path, prep
@@ -44,11 +45,11 @@ nan_option = click.option(
 @click.option("--num-classes", type=click.IntRange(1), default=8,
               help="Classes = planted communities.")
 @click.option("--feat-dim", type=click.IntRange(1), default=32, help="Node feature width.")
-@click.option("--homophily", type=click.FloatRange(0, 1), default=0.8,
+@click.option("--homophily", type=FiniteFloat(0, 1), default=0.8,
               help="Fraction of edges drawn inside the source's community.")
-@click.option("--exponent", type=click.FloatRange(1, min_open=True), default=2.5,
+@click.option("--exponent", type=FiniteFloat(1, min_open=True), default=2.5,
               help="Power-law exponent of the degree distribution.")
-@click.option("--feat-signal", type=click.FloatRange(0), default=0.35,
+@click.option("--feat-signal", type=FiniteFloat(0), default=0.35,
               help="Scale of the class mean added to N(0,1) features (per-node signal).")
 @click.option("--split", default="0.6,0.2,0.2", help="train,val,test fractions.")
 @click.option("--seed", type=int, default=0, help="Random seed; output depends only on it.")
@@ -64,9 +65,10 @@ def synth(out, nodes, edges, hetero, num_classes, feat_dim, homophily, exponent,
     number of workers; the same edges for any --chunk-size. Each task holds one chunk.
     """
     try:
-        fractions = tuple(float(x) for x in split.split(","))
-    except ValueError:
-        raise click.BadParameter(f"{split!r}: three fractions", param_hint="--split") from None
+        fractions = tuple(FiniteFloat(0, 1).convert(x, None, None) for x in split.split(","))
+    except click.BadParameter:
+        raise click.BadParameter(f"{split!r}: three fractions in [0, 1], e.g. 0.6,0.2,0.2",
+                                 param_hint="--split") from None
     result = api.synth(out, nodes=nodes, edges=edges, hetero=hetero, num_classes=num_classes,
                        feat_dim=feat_dim, homophily=homophily, exponent=exponent,
                        feat_signal=feat_signal, split=fractions, seed=seed,
@@ -222,7 +224,7 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
                    "in-degree (edges). Default: node counts.")
 @click.option("--objective", type=click.Choice(["cut", "vol"]), default="cut",
               help="METIS objective: edge cut or communication volume.")
-@click.option("--imbalance", type=click.FloatRange(0.001, 1.0), default=0.03,
+@click.option("--imbalance", type=FiniteFloat(0.001, 1.0), default=0.03,
               help="METIS: allowed imbalance per constraint (0.03 = parts up to 3% over even).")
 @click.option("--seed", type=int, default=0,
               help="Random seed (random, METIS and multilevel).")
@@ -342,9 +344,9 @@ def verify(chunked, partitioned, nan_policy, cluster: ClusterOptions):
 @click.argument("out", type=click.Path(file_okay=False), callback=local_path)
 @click.option("--etype", required=True, metavar="SRC:REL:DST",
               help="Edge type to split (the only type of a homogeneous graph: _N:_E:_N).")
-@click.option("--val", type=click.FloatRange(0, 1), default=0.05,
-              help="Fraction of the type's edges held out for validation.")
-@click.option("--test", type=click.FloatRange(0, 1), default=0.1,
+@click.option("--val", type=FiniteFloat(0, 1, max_open=True), default=0.05,
+              help="Fraction of the type's edges held out for validation (--val + --test < 1).")
+@click.option("--test", type=FiniteFloat(0, 1, max_open=True), default=0.1,
               help="Fraction of the type's edges held out for testing.")
 @click.option("--twin", multiple=True, metavar="DST:REL:SRC",
               help="Edge type holding the reversed edges, split with them. Default: the type "
@@ -361,6 +363,9 @@ def split_edges(chunked, out, etype, val, test, twin, seed, overwrite, cluster: 
     edge (and its twin in the reverse type) are held out together. Input files are hard-linked
     into OUT (copied across file systems); one task per edge chunk writes its masks.
     """
+    if val + test >= 1:
+        raise click.BadParameter(f"--val {val} + --test {test} = {val + test:g}: must be below 1 "
+                                 "(something must be left to train on)", param_hint="--val")
     result = api.split_edges(chunked, out, etype=etype, val=val, test=test, twin=tuple(twin),
                              seed=seed, overwrite=overwrite, **_on(cluster))
     if not result.reused:

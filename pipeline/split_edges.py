@@ -28,7 +28,7 @@ from formats.storage import is_url
 from formats.validate import read_checked_edges
 from .arrayops import mix
 from .cluster import ClusterOptions, TaskRunner, dask_client
-from .guard import guarded_output
+from formats.guard import guarded_output
 from .step import finish_chunked, up_to_date
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,8 @@ class SplitSpec:
     seed: int = 0
 
     def __post_init__(self):
-        if self.val < 0 or self.test < 0 or self.val + self.test >= 1:
+        # written so that NaN (which fails every comparison) is refused too
+        if not (0 <= self.val < 1 and 0 <= self.test < 1 and self.val + self.test < 1):
             raise FormatError(f"--val {self.val} and --test {self.test} must be >= 0 and sum "
                               "below 1 (something must be left to train on)", field="--val")
 

@@ -62,8 +62,11 @@ class SynthSpec:
             raise ValueError("homophily must be in [0, 1]")
         if self.num_classes < 1 or self.feat_dim < 1:
             raise ValueError("num_classes and feat_dim must be >= 1")
-        if sum(self.split) > 1 + 1e-9 or min(self.split) < 0:
-            raise ValueError("split fractions must be >= 0 and sum to at most 1")
+        if not (all(0 <= f <= 1 for f in self.split) and sum(self.split) <= 1 + 1e-9):
+            raise ValueError(f"split fractions {self.split} must be in [0, 1] and sum to at "
+                             "most 1")   # NaN fails the comparisons: refused too
+        if not 0 <= self.feat_signal < float("inf"):
+            raise ValueError(f"feat_signal {self.feat_signal} must be finite and >= 0")
         if min(self.node_counts().values()) < 2 * self.num_classes:
             raise ValueError("every node type needs >= 2 * num_classes nodes; raise --nodes")
 

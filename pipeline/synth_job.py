@@ -7,7 +7,7 @@ import logging
 
 from formats.output import AtomicOutput, make_manifest
 from .cluster import ClusterOptions, TaskRunner, dask_client
-from .guard import guarded_output
+from formats.guard import guarded_output
 from .step import finish_chunked, up_to_date
 from .synth import SynthSpec, plan, write_synth_chunk
 

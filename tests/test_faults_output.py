@@ -155,7 +155,7 @@ def test_replacement_cut_between_its_renames_is_undone(work, scheduler, prep):
 
 def test_second_writer_fails_at_once_naming_the_holder(scheduler, work):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom pipeline.guard import OutputLock\n"
+        [sys.executable, "-c", "import sys, time\nfrom formats.guard import OutputLock\n"
          "with OutputLock(sys.argv[1]):\n    print('locked', flush=True)\n    time.sleep(60)",
          str(work / "P")], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:

@@ -25,7 +25,7 @@ from faultkit import ROOT, assert_clean_exit, run_cli, tree_hash
 from formats.errors import FormatError
 from formats.integrity import file_record, sample_spans
 from formats.partitioned import load_partitioned
-from trainer.integrity_checks import check_part
+from formats.part_checks import check_part
 
 pytestmark = pytest.mark.faults
 

@@ -7,7 +7,7 @@ part) on this machine; under ``torchrun`` (or any launcher setting ``RANK``, ``W
 
 Before anything starts, the options, ``--target``, the checkpoint folder (writable) and a
 ``--resume`` (same graph, compatible options) are checked: exit 2 with a one-line message. Each
-rank then checks its part (``trainer.integrity_checks``) before importing torch: a damaged part
+rank then checks its part (``formats.part_checks``) before importing torch: a damaged part
 exits 1 naming rank, part and file.
 """
 
@@ -22,6 +22,7 @@ import warnings
 
 import click
 
+from formats.cli_types import OneLineErrors as OneLineErrorsMixin
 from formats.console import setup_logging
 from formats.errors import FormatError
 from formats.partitioned import load_partitioned
@@ -41,19 +42,8 @@ def _ints(ctx, param, value):
         raise click.BadParameter(f"{value!r}: comma-separated integers, e.g. 15,10,5") from None
 
 
-class OneLineErrors(click.Command):
+class OneLineErrors(OneLineErrorsMixin, click.Command):
     """Usage errors as one line ``Error: ...`` (exit 2), without click's usage block."""
-
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
-             **extra):
-        try:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.ClickException as err:
-            click.echo(f"Error: {err.format_message()}", err=True)
-            sys.exit(err.exit_code)
-        except click.exceptions.Abort:
-            click.echo("Aborted!", err=True)
-            sys.exit(1)
 
 
 @click.command(cls=OneLineErrors,
@@ -185,9 +175,9 @@ def _check_checkpoint(cfg, meta, target: str, rank: str | None) -> None:
 
 
 def _check_data(meta, p: int, rank: int, verify_data: bool) -> None:
-    """This rank's part, before torch loads (see trainer.integrity_checks); exit 1 naming
+    """This rank's part, before torch loads (see formats.part_checks); exit 1 naming
     rank, part and file on failure."""
-    from .integrity_checks import check_part
+    from formats.part_checks import check_part
     start = time.perf_counter()
     try:
         report = check_part(meta, p, verify_data=verify_data)

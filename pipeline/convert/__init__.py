@@ -10,7 +10,7 @@ import shutil
 from formats import FormatError
 from formats.output import AtomicOutput, fingerprint, make_manifest
 from ..cluster import ClusterOptions, TaskRunner, dask_client
-from ..guard import guarded_output
+from formats.guard import guarded_output
 from ..step import finish_chunked, up_to_date
 from .options import ChunkOptions
 from .writer import Transforms, convert_source

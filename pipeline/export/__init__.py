@@ -13,7 +13,7 @@ from formats.partitioned import GRAPH_JSON, load_partitioned
 from formats.schema import METADATA
 from formats.storage import is_url
 from pipeline.cluster import ClusterOptions, TaskRunner, dask_client
-from pipeline.guard import guarded_output
+from formats.guard import guarded_output
 from pipeline.step import up_to_date
 
 TARGETS = ("pyg", "dgl", "dgl-chunked")

@@ -16,7 +16,7 @@ from formats import load_chunked_graph
 from formats.assignment import AssignmentMeta, load_assignment, write_meta
 from formats.output import AtomicOutput, MANIFEST, fingerprint, make_manifest, write_json
 from ..cluster import ClusterOptions, TaskRunner, dask_client
-from ..guard import OutputLock, guarded_output
+from formats.guard import OutputLock, guarded_output
 from ..step import up_to_date
 from .auto import choose_for
 from .base import PartitionOptions

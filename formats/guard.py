@@ -1,7 +1,12 @@
-"""Guards around a step's output folder: it never aliases an input, and one run writes it.
+"""Guards around what a command writes: it never aliases an input, one run writes it, and
+another tool's file is replaced only when asked.
 
 * :func:`refuse_aliasing`: OUT may not be, contain or lie inside an input, whatever
   ``--overwrite`` says (replacing OUT would delete the input).
+* :func:`check_output`: the whole rule for an output path, before any work starts
+  (aliasing, file or folder, someone else's file without ``--overwrite``); the ``prep`` steps
+  apply the same rule through :func:`guarded_output` and their manifests
+  (``pipeline.step.up_to_date``).
 * :class:`OutputLock`: an exclusive ``flock`` on ``.NAME.lock`` beside OUT, holding the
   holder's pid, host and command line. A second run fails at once naming the holder. The kernel
   drops the lock when its process dies, so a killed run never blocks the next one.
@@ -14,11 +19,11 @@ import os
 import socket
 import sys
 from contextlib import contextmanager
-from typing import Iterable
+from typing import Callable, Iterable
 
-from formats import FormatError
-from formats.output import restore_previous
-from formats.storage import is_url
+from .errors import FormatError
+from .output import restore_previous
+from .storage import is_url
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -44,7 +49,7 @@ def refuse_aliasing(out: str, inputs: Iterable[str], flag: str = "OUT") -> None:
         else:
             continue
         raise FormatError(f"{flag} {how} the input {given}: writing it would destroy the input "
-                          "(--overwrite does not change this); choose another output folder",
+                          "(--overwrite does not change this); choose another path",
                           file=out)
 
 
@@ -106,3 +111,37 @@ def guarded_output(out: str, inputs: Iterable[str]):
     with OutputLock(out):
         restore_previous(out)
         yield
+
+
+def check_output(out: str, inputs: Iterable[str], *, flag: str, folder: bool,
+                 ours: Callable[[str], bool], what: str, overwrite: bool) -> None:
+    """The rule for every path a command writes (``prep report --out``, the trainer's
+    ``--metrics-out`` and ``--checkpoint-dir``, ``trainer embed --out``), checked before any
+    work starts. Holds nothing; reads at most ``ours``' few bytes.
+
+    Raises :class:`FormatError` naming ``flag`` and ``out`` when ``out``:
+    is, contains or lies inside one of ``inputs`` (symlinks resolved; ``--overwrite`` does not
+    change this); is a file where a ``folder`` is written, or a folder where a file is; lies
+    under a file; or exists, is not an empty folder, and ``ours(out)`` says it is not this
+    command's own earlier output (``what`` names that output), unless ``overwrite``. The
+    writer then builds the output beside ``out`` and swaps it in (``formats.output``)."""
+    refuse_aliasing(out, inputs, flag)
+    if is_url(out):
+        return
+    if os.path.exists(out):
+        if os.path.isdir(out) != folder:
+            raise FormatError(f"{flag} is a {'file' if folder else 'folder'}; give the path "
+                              f"of a {'folder' if folder else 'file'} to write", file=out)
+        empty = folder and not os.listdir(out)
+        if not (empty or overwrite or ours(out)):
+            raise FormatError(f"{flag} exists and is not {what}; pass --overwrite to replace "
+                              "it, or choose another path", file=out)
+        return
+    parent = os.path.dirname(os.path.abspath(out))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise FormatError(f"{flag}: {parent} is a file, so nothing can be written under it",
+                          file=out)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise FormatError(f"{flag}: cannot write under {parent} (permission denied)", file=out)

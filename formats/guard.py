@@ -48,7 +48,7 @@ def refuse_aliasing(out: str, inputs: Iterable[str], flag: str = "OUT") -> None:
             how = "contains"
         else:
             continue
-        raise FormatError(f"{flag} {how} the input {given}: writing it would destroy the input "
+        raise FormatError(f"{flag} {how} the input {given}: the input must stay as it is "
                           "(--overwrite does not change this); choose another path",
                           file=out)
 

@@ -440,10 +440,15 @@ def export(partitioned, out, to, overwrite, cluster: ClusterOptions):
 @prep.command()
 @click.argument("paths", nargs=-1, required=True, callback=lambda c, p, v: tuple(
     local_path(c, p, x) for x in v))
-@click.option("--out", default="report.html", show_default=True, type=click.Path(dir_okay=False),
-              help="The HTML file to write (self-contained: plots are inlined PNGs).")
+@click.option("--out", default="report.html", show_default=True, type=click.Path(),
+              help="The HTML file to write (self-contained: plots are inlined PNGs). Never one "
+                   "of PATHS or inside one; an existing file that is not a prep report is "
+                   "refused without --overwrite. Written beside and renamed into place.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace --out even when it is not a report written by prep report (a "
+                   "report is replaced without it).")
 @cluster_options
-def report(paths, out, cluster: ClusterOptions):
+def report(paths, out, overwrite, cluster: ClusterOptions):
     """One HTML page with tables and plots about each of PATHS: a partitioned graph (in-degree
     distribution per edge type, per-part nodes/edges/train/halo bars, edge-cut matrix between
     parts; one task per part), a partition assignment (per-part bars from its statistics), a
@@ -451,4 +456,4 @@ def report(paths, out, cluster: ClusterOptions):
     graph (its tables). Needs matplotlib."""
     from .report import run_report
 
-    click.echo(f"wrote {run_report(list(paths), out, cluster)}")
+    click.echo(f"wrote {run_report(list(paths), out, cluster, overwrite)}")

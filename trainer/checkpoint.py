@@ -17,6 +17,7 @@ import shutil
 from dataclasses import dataclass
 
 from formats.integrity import manifest_digest
+from formats.output import replacing_file
 
 log = logging.getLogger("trainer")
 
@@ -28,8 +29,12 @@ RESUME_KEYS = ("target", "task", "hidden", "fanouts", "dropout", "lr", "weight_d
                "batch_size", "seed", "scorer", "neg_ratio", "corrupt_src", "degree_input")
 
 
-class ResumeRefused(ValueError):
-    """``--resume`` would continue a different run (another graph or incompatible options)."""
+STATE_KEYS = ("model", "optimizer", "history", "config")
+
+
+class CheckpointRefused(ValueError):
+    """A checkpoint that cannot serve: unreadable, or ``--resume``/``trainer embed`` on another
+    graph or with incompatible options."""
 
 
 @dataclass(frozen=True)
@@ -93,43 +98,77 @@ def check_writable(folder: str) -> None:
 
 def check_resume(folder: str, now: CheckpointInfo) -> int | None:
     """Before ``--resume``: epochs done by the checkpoint in ``folder`` (None: there is none).
-    Raises ResumeRefused naming each difference of graph or options (one line)."""
+    Raises CheckpointRefused naming each difference of graph or options (one line)."""
     path = os.path.join(folder, NAME)
     if not os.path.exists(path):
         return None
     state = _read(path)
     if "graph" not in state or "resume" not in state:
-        raise ResumeRefused(f"--resume: {path} records no graph fingerprint (written by an "
+        raise CheckpointRefused(f"--resume: {path} records no graph fingerprint (written by an "
                             "older trainer); choose another --checkpoint-dir to start afresh")
     diff = differences(CheckpointInfo(state["graph"], state["resume"]), now)
     if diff:
-        raise ResumeRefused(f"--resume: {path} belongs to another run: " + "; ".join(diff))
+        raise CheckpointRefused(f"--resume: {path} belongs to another run: " + "; ".join(diff))
     return len(state["history"])
 
 
-def _read(path: str) -> dict:
+def _read(path: str, flag: str = "--resume") -> dict:
     import torch
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as err:  # noqa: BLE001 - any unreadable checkpoint is refused alike
-        raise ResumeRefused(f"--resume: {path} is unreadable ({type(err).__name__}: {err})") \
-            from None
+        raise CheckpointRefused(f"{flag}: {path} is unreadable, not a checkpoint of this trainer "
+                            f"({type(err).__name__}: {_short(str(err))})") from None
+    missing = [k for k in STATE_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise CheckpointRefused(f"{flag}: {path} is not a checkpoint of this trainer (no "
+                            f"{', '.join(missing)})")
+    return state
+
+
+def check_for_embed(path: str, graph) -> None:
+    """Before ``trainer embed`` starts ranks: ``path`` is a readable checkpoint of this
+    ``graph`` (fingerprint, as ``--resume`` compares it) whose task and target this graph
+    has. Raises CheckpointRefused naming each difference (one line). Holds the checkpoint."""
+    from .config import TrainConfig, task_target
+    state = _read(path, "--checkpoint")
+    if "graph" not in state or "resume" not in state:
+        raise CheckpointRefused(f"--checkpoint: {path} records no graph fingerprint (written by an "
+                            "older trainer), so it cannot be matched to this graph")
+    try:
+        cfg = TrainConfig(**embed_config(state, graph.root))
+        target = task_target(graph, cfg)
+    except (TypeError, ValueError) as err:
+        raise CheckpointRefused(f"--checkpoint: {path} does not fit this graph: its --task "
+                            f"{state['config'].get('task')!r} needs what the graph lacks: "
+                            f"{err}") from None
+    diff = differences(CheckpointInfo(state["graph"], state["resume"]),
+                       CheckpointInfo.of(cfg, graph, target))
+    if diff:
+        raise CheckpointRefused(f"--checkpoint: {path} was trained on another graph or task: "
+                            + "; ".join(diff))
+
+
+def embed_config(state: dict, graph: str, **runtime) -> dict:
+    """The checkpoint's training options as ``TrainConfig`` keywords for inference on
+    ``graph``: what shaped the model kept, what only training does switched off."""
+    saved = dict(state["config"])
+    saved.update(graph=graph, placement="cpu", ranks_per_part=1, resume=False,
+                 checkpoint_dir=None, metrics_out=None, fail_rank=None, **runtime)
+    return saved
 
 
 def save_checkpoint(folder: str, model, optimizer, history: list[dict], config: dict,
                     info: CheckpointInfo, best: bool) -> None:
     """Write the state after epoch ``len(history) - 1``; also as ``best.pt`` when ``best``."""
     import torch
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{NAME}.partial")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "history": history, "config": config, "graph": info.graph,
-                "resume": info.options}, tmp)
-    os.replace(tmp, os.path.join(folder, NAME))
+    with replacing_file(os.path.join(folder, NAME)) as tmp:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "history": history, "config": config, "graph": info.graph,
+                    "resume": info.options}, tmp)
     if best:
-        tmp_best = os.path.join(folder, f".{BEST}.partial")
-        shutil.copyfile(os.path.join(folder, NAME), tmp_best)
-        os.replace(tmp_best, os.path.join(folder, BEST))
+        with replacing_file(os.path.join(folder, BEST)) as tmp_best:
+            shutil.copyfile(os.path.join(folder, NAME), tmp_best)
 
 
 def load_checkpoint(folder: str | None, model, optimizer) -> dict | None:

@@ -46,6 +46,12 @@ class OneLineErrors(OneLineErrorsMixin, click.Command):
     """Usage errors as one line ``Error: ...`` (exit 2), without click's usage block."""
 
 
+class BadInput(click.ClickException):
+    """A path or file the command cannot use (graph.json, checkpoint, an output): exit 2."""
+
+    exit_code = 2
+
+
 @click.command(cls=OneLineErrors,
                context_settings={"help_option_names": ["-h", "--help"],
                                  "show_default": True, "max_content_width": 100})
@@ -104,7 +110,9 @@ class OneLineErrors(OneLineErrorsMixin, click.Command):
               help="Per rank: cache the input features of the halo nodes its part references "
                    "most, fetched once at start, up to this many MB (0 = off).")
 @click.option("--checkpoint-dir", default=None, type=click.Path(),
-              help="Folder for the per-epoch checkpoint [default: checkpoints/<graph name>].")
+              help="Folder for the per-epoch checkpoint.pt and best.pt (nothing else in it is "
+                   "touched) [default: checkpoints/<graph name>]. A folder that is neither "
+                   "empty nor a checkpoint folder is refused without --overwrite.")
 @click.option("--resume", is_flag=True,
               help="Continue from the checkpoint in --checkpoint-dir (refused when it was made "
                    "on another graph or with other model/optimizer options).")
@@ -113,7 +121,12 @@ class OneLineErrors(OneLineErrorsMixin, click.Command):
                    "against graph.json (reads the whole part; sizes, structure and sampled "
                    "hashes are always checked).")
 @click.option("--metrics-out", default=None, type=click.Path(),
-              help="Write per-epoch metrics (accuracy, time breakdown, RPC bytes) as JSON here.")
+              help="Write per-epoch metrics (accuracy, time breakdown, RPC bytes) as JSON here "
+                   "(rewritten after each epoch through a partial file renamed into place).")
+@click.option("--overwrite", is_flag=True,
+              help="Let --checkpoint-dir and --metrics-out replace what is not this trainer's "
+                   "own earlier output (refused without it). Never allowed when they are, hold "
+                   "or lie inside the graph's or a part's folder.")
 @click.option("--threads", default=0, help="torch threads per rank; 0 = this machine's cores "
                                            "divided by its ranks.")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on rank 0 (only when stderr is a terminal and TQDM_DISABLE is "
@@ -138,13 +151,18 @@ def main(graph, threads, verbose, iface, **options):
     world = meta.num_parts * cfg.ranks_per_part
     try:
         cfg.check(meta.num_parts, int(os.environ.get("WORLD_SIZE", world)))
-        _check_checkpoint(cfg, meta, task_target(meta, cfg), rank)
+        _check_outputs(cfg, meta, task_target(meta, cfg), rank)
+    except FormatError as err:
+        raise BadInput(str(err)) from None
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     if rank is None:
         from .launch import launch_local
+        from .outputs import remove_partials
         log.info("launching %d ranks: %d parts x %d", world, meta.num_parts, cfg.ranks_per_part)
-        sys.exit(launch_local(sys.argv[1:], world))
+        code = launch_local(sys.argv[1:], world)
+        remove_partials(cfg)
+        sys.exit(code)
     _run_as_rank(cfg, meta, int(rank), threads, iface)
 
 
@@ -156,17 +174,34 @@ def start_command(graph: str, verbose: bool):
     try:
         return rank, load_partitioned(graph)
     except FormatError as err:
-        raise click.ClickException(str(err)) from None
+        raise BadInput(f"--graph {err}{_graph_hint(graph)}") from None
 
 
-def _check_checkpoint(cfg, meta, target: str, rank: str | None) -> None:
-    """Before any epoch: the folder rank 0 writes is writable; a --resume matches this graph
-    and these options. Ranks of our launcher skip what it checked already."""
+def _graph_hint(graph: str) -> str:
+    """What the user gave instead of a partitioned graph, when it is recognisable."""
+    from formats.assignment import META as ASSIGNMENT_META
+    from formats.schema import METADATA
+    folder = graph if os.path.isdir(graph) else os.path.dirname(graph)
+    if os.path.basename(graph) == METADATA or os.path.isfile(os.path.join(folder, METADATA)):
+        return (" (this is a chunked graph, the output of prep synth/chunk: partition and "
+                "dispatch it, then pass the graph.json that prep dispatch writes)")
+    if os.path.isfile(os.path.join(folder, ASSIGNMENT_META)):
+        return (" (this is a partition assignment: prep dispatch it with its chunked graph, "
+                "then pass the graph.json that prep dispatch writes)")
+    return " (expected graph.json written by prep dispatch, or its folder)"
+
+
+def _check_outputs(cfg, meta, target: str, rank: str | None) -> None:
+    """Before any epoch: what rank 0 writes passes the output rule (trainer.outputs) and the
+    checkpoint folder is writable; a --resume matches this graph and these options. Ranks of
+    our launcher skip what it checked already."""
     from .launch import LAUNCHER_ENV
     if rank is not None and LAUNCHER_ENV in os.environ:
         return
     from .checkpoint import CheckpointInfo, check_resume, check_writable
+    from .outputs import check_train_outputs
     if rank in (None, "0"):
+        check_train_outputs(cfg, meta)
         check_writable(cfg.checkpoint_dir)
     if cfg.resume:
         done = check_resume(cfg.checkpoint_dir, CheckpointInfo.of(cfg, meta, target))
@@ -191,36 +226,50 @@ def _check_data(meta, p: int, rank: int, verify_data: bool) -> None:
              time.perf_counter() - start, "full" if verify_data else "sampled")
 
 
-def _run_as_rank(cfg, meta, rank: int, threads: int, iface: str | None) -> None:
+def run_as_rank(work, meta, *, rank: int, part: int, device: str, iface: str | None,
+                threads: int, verify_data: bool, rpc_timeout: float):
+    """Run ``work()`` as this rank: watch the launcher, pick the network interface and GPU,
+    check the part (exit 1 naming it), then torch. Any failure of ``work`` ends the rank with
+    one logged line (tracebacks for unexpected errors) and exit 1. Returns what ``work``
+    returns."""
     from .launch import watch_launcher
     watch_launcher(rank)
-    configure_rank(iface, cfg.device)
-    _check_data(meta, rank // cfg.ranks_per_part, rank, cfg.verify_data)
+    configure_rank(iface, device)
+    _check_data(meta, part, rank, verify_data)
     import torch
-
-    from .rendezvous import RankEnv
-    from .train import run_rank
-    env = RankEnv.from_env()
     # torch's own DDP setup calls a deprecated path (Backend as ProcessGroup): not ours to fix
     warnings.filterwarnings("ignore", message="You are using a Backend")
     local = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local))
     try:
-        summary = run_rank(cfg, env)
+        return work()
     except BaseException as err:  # noqa: BLE001 - any failure ends the rank, loudly
         detail = traceback.format_exc() if not isinstance(err, ValueError) else ""
         if "timeout" in str(err).lower():
-            detail += (f"\nrank {env.rank}: a collective or RPC got no answer within "
-                       f"--rpc-timeout {cfg.rpc_timeout:g} s: another rank is stuck or gone")
-        log.error("rank %d failed: %s: %s\n%s", env.rank, type(err).__name__, err, detail)
+            detail += (f"\nrank {rank}: a collective or RPC got no answer within "
+                       f"--rpc-timeout {rpc_timeout:g} s: another rank is stuck or gone")
+        log.error("rank %d failed: %s: %s\n%s", rank, type(err).__name__, err, detail)
         sys.stderr.flush()
         os._exit(1)  # skip RPC shutdown: it would wait for the ranks this one is leaving
-    if env.rank == 0 and cfg.task == "link":
+
+
+def _train(cfg) -> dict:
+    from .rendezvous import RankEnv
+    from .train import run_rank
+    return run_rank(cfg, RankEnv.from_env())
+
+
+def _run_as_rank(cfg, meta, rank: int, threads: int, iface: str | None) -> None:
+    summary = run_as_rank(lambda: _train(cfg), meta, rank=rank,
+                          part=rank // cfg.ranks_per_part, device=cfg.device, iface=iface,
+                          threads=threads, verify_data=cfg.verify_data,
+                          rpc_timeout=cfg.rpc_timeout)
+    if rank == 0 and cfg.task == "link":
         print(f"test AUC {summary['test_auc']:.4f} MRR {summary['test_mrr']:.4f} hits@50 "
               f"{summary['test_hits@50']:.4f} (epoch {summary['best_epoch']}, best validation "
               f"AUC {summary['val_auc']:.4f}); final epoch AUC {summary['final_test_auc']:.4f}; "
               f"{summary['mean_epoch_s']:.2f} s/epoch", flush=True)
-    elif env.rank == 0:
+    elif rank == 0:
         print(f"test accuracy {summary['test_acc']:.4f} (epoch {summary['best_epoch']}, best "
               f"validation {summary['val_acc']:.4f}); final epoch {summary['final_test_acc']:.4f}"
               f"; {summary['mean_epoch_s']:.2f} s/epoch", flush=True)

@@ -47,6 +47,7 @@ class TrainConfig:
     resume: bool = False
     verify_data: bool = False
     metrics_out: str | None = None
+    overwrite: bool = False             # --checkpoint-dir/--metrics-out may replace others' files
     progress: bool = True
     fail_rank: int | None = None        # testing: make this rank fail ...
     fail_mode: str = "raise"            # ... by raising, SIGKILL, hanging, or NaN inputs

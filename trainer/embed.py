@@ -8,7 +8,8 @@ are registered as node data of its server before a barrier, so the next layer fe
 features. This is exact (no sampling), and each node is computed once per layer, where sampled
 inference recomputes shared neighborhoods per seed.
 
-Output ``OUT/`` (written under ``OUT.partial`` and renamed into place at the end):
+Output ``OUT/`` (written under ``.OUT.partial`` beside it and swapped into place at the end;
+a failed run removes it, and OUT keeps what it held):
 ``<ntype>/embeddings.npy`` (float32 ``[num_nodes, D]``, row = original ID; the last layer for
 link prediction, the last hidden layer for node classification), for node classification also
 ``<target>/logits.npy`` and ``<target>/predictions.npy`` (int64), and ``embed.json``: the
@@ -27,10 +28,14 @@ import sys
 
 import click
 
+from formats.cli_types import FiniteFloat
 from formats.console import show_progress
+from formats.output import side_paths, swap_into_place
 
-from .cli import OneLineErrors, start_command
-from .netif import IFACE_HELP, configure_rank
+from .cli import BadInput, OneLineErrors, run_as_rank, start_command
+from .launch import LAUNCHER_ENV
+from .netif import IFACE_HELP
+from .outputs import EMBED_JSON
 
 log = logging.getLogger("trainer")
 
@@ -42,23 +47,36 @@ log = logging.getLogger("trainer")
               help="graph.json written by `prep dispatch` (or its folder): the graph trained on.")
 @click.option("--checkpoint", required=True, type=click.Path(),
               help="A checkpoint file, or a checkpoint folder (its best.pt: the best-validation "
-                   "epoch).")
+                   "epoch). Must be of this graph (the fingerprint --resume compares).")
 @click.option("--out", required=True, type=click.Path(),
-              help="Output folder (replaced if it exists).")
-@click.option("--batch-size", default=1024, help="Nodes per inference batch (all their "
-                                                 "in-neighbors are taken).")
+              help="Output folder: built beside it and swapped in when complete. Never the "
+                   "graph's, a part's or the checkpoint's folder, nor inside or around one; an "
+                   "existing folder that is neither empty nor an earlier embed output is "
+                   "refused without --overwrite.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace --out even when it is not an earlier output of trainer embed.")
+@click.option("--batch-size", default=1024, type=click.IntRange(1),
+              help="Nodes per inference batch (all their in-neighbors are taken).")
 @click.option("--device", default="cpu", type=click.Choice(["cpu", "cuda"]),
               help="Where the layers run (cuda: one GPU per rank, by LOCAL_RANK).")
-@click.option("--rpc-timeout", default=60.0, help="Seconds before a request to a silent rank "
-                                                  "fails.")
+@click.option("--rpc-timeout", default=60.0, type=FiniteFloat(0, min_open=True),
+              help="Seconds before a request to a silent rank fails.")
 @click.option("--iface", default=None, help=IFACE_HELP)
-@click.option("--threads", default=0, help="torch threads per rank; 0 = cores / ranks.")
+@click.option("--threads", default=0, type=click.IntRange(0),
+              help="torch threads per rank; 0 = cores / ranks.")
+@click.option("--verify-data", is_flag=True,
+              help="Also check the full content hash of every file of each rank's part "
+                   "(sizes, structure and sampled hashes are always checked).")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on rank 0.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every rank, not only rank 0.")
-def main(graph, checkpoint, out, batch_size, device, rpc_timeout, iface, threads, progress,
-         verbose):
+def main(graph, checkpoint, out, overwrite, batch_size, device, rpc_timeout, iface, threads,
+         verify_data, progress, verbose):
     """Write node embeddings (and class predictions) of a trained checkpoint for every node,
     by original ID, with exact full-neighbor inference.
+
+    Before any rank starts: the options, the checkpoint (readable, of this graph and of a
+    task the graph has: every difference named), --out (see its help); each rank then checks
+    its part as training does. Bad input exits 2 in one line, a damaged part 1.
 
     \b
     Example:
@@ -68,76 +86,120 @@ def main(graph, checkpoint, out, batch_size, device, rpc_timeout, iface, threads
     rank, meta = start_command(graph, verbose)
     if os.path.isdir(checkpoint):
         checkpoint = os.path.join(checkpoint, "best.pt")
-    if not os.path.isfile(checkpoint):
-        raise click.UsageError(f"--checkpoint {checkpoint}: no such checkpoint file")
-    if batch_size < 1:
-        raise click.UsageError(f"--batch-size {batch_size}: must be at least 1")
+    if rank is None or LAUNCHER_ENV not in os.environ:
+        _check_before_start(meta, checkpoint, out, overwrite, device, rank)
     if rank is None:
         from .launch import launch_local
         log.info("launching %d ranks, one per part", meta.num_parts)
-        sys.exit(launch_local(sys.argv[1:], meta.num_parts))
-    configure_rank(iface, device)
-    import torch
-    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) //
-                                         int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
-    run_embed(graph, checkpoint, out, batch_size, device, rpc_timeout,
-              show_progress(progress))
+        code = launch_local(sys.argv[1:], meta.num_parts)
+        shutil.rmtree(side_paths(out)[0], ignore_errors=True)   # a failed run's partial
+        sys.exit(code)
+    run_as_rank(lambda: run_embed(graph, checkpoint, out, batch_size, device, rpc_timeout,
+                                  show_progress(progress)),
+                meta, rank=int(rank), part=int(rank), device=device, iface=iface,
+                threads=threads, verify_data=verify_data, rpc_timeout=rpc_timeout)
+
+
+def _check_before_start(meta, checkpoint: str, out: str, overwrite: bool, device: str,
+                        rank: str | None) -> None:
+    """Everything that can be refused before inference (exit 2, one line): the checkpoint
+    and, where rank 0 writes, --out. Under torchrun each rank checks the checkpoint."""
+    from formats.errors import FormatError
+
+    from .checkpoint import check_for_embed
+    from .outputs import check_embed_out
+    try:
+        if not os.path.isfile(checkpoint):
+            raise FormatError("no such checkpoint file", file=checkpoint)
+        if rank in (None, "0"):
+            check_embed_out(out, meta, checkpoint, overwrite)
+        if device == "cuda":
+            import torch
+            if not torch.cuda.is_available():
+                raise ValueError("--device cuda needs CUDA, and torch sees no GPU here")
+        check_for_embed(checkpoint, meta)
+    except ValueError as err:        # FormatError and CheckpointRefused are ValueErrors
+        raise BadInput(str(err)) from None
 
 
 def run_embed(graph: str, checkpoint: str, out: str, batch_size: int, device: str,
               rpc_timeout: float, progress: bool) -> dict:
-    """This rank's share of ``trainer embed``; returns the metrics (the same on every rank)."""
+    """This rank's share of ``trainer embed``; returns the metrics (the same on every rank).
+    Rank 0 builds the output in ``.OUT.partial`` and swaps it in at the end; if this rank
+    fails, it removes the partial folder."""
     import torch
     import torch.distributed as dist
 
     from . import rendezvous
+    from .checkpoint import embed_config
     from .config import TrainConfig
     from .train import build_model, join
 
     state = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    saved = dict(state["config"])
-    saved.update(graph=graph, device=device, placement="cpu", ranks_per_part=1, resume=False,
-                 checkpoint_dir=None, metrics_out=None, rpc_timeout=rpc_timeout,
-                 progress=progress, fail_rank=None)
-    cfg = TrainConfig(**saved)
+    cfg = TrainConfig(**embed_config(state, graph, device=device, rpc_timeout=rpc_timeout,
+                                     progress=progress))
     env = rendezvous.RankEnv.from_env()
     rank = join(cfg, env)
     model, _, _ = build_model(rank)
-    model.load_state_dict(state["model"])
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as err:   # the fingerprint matched, so the file itself is inconsistent
+        first = str(err).strip().splitlines()[0]
+        raise ValueError(f"--checkpoint {checkpoint}: its model does not fit this graph's "
+                         f"features and classes ({first})") from None
     model.eval()
+    partial = side_paths(out)[0]
+    try:
+        metrics, types = _infer_and_write(rank, cfg, model, batch_size, state, checkpoint,
+                                          partial)
+        if env.rank == 0:
+            swap_into_place(partial, os.path.abspath(out))
+    except BaseException:
+        if env.rank == 0:
+            shutil.rmtree(partial, ignore_errors=True)
+        raise
+    if env.rank == 0:
+        key = "test_auc" if cfg.task == "link" else "test_acc"
+        epoch = state["history"][-1]["epoch"]
+        sampled = state["history"][-1].get(key, float("nan"))
+        print(f"wrote {out}: {', '.join(sorted(types))}; full-neighbor "
+              f"{key} {metrics[key]:.4f} (sampled evaluation at epoch {epoch}: "
+              f"{sampled:.4f})", flush=True)
+    dist.barrier()
+    rendezvous.stop()
+    return metrics
+
+
+def _infer_and_write(rank, cfg, model, batch_size: int, state: dict, checkpoint: str,
+                     partial: str) -> tuple[dict, set[str]]:
+    """Layer-wise inference, every rank's rows written into ``partial``, and (rank 0)
+    ``embed.json``. Returns the metrics and the node types written."""
+    import torch.distributed as dist
+
+    first = dist.get_rank() == 0
     encoder = model.encoder if cfg.task == "link" else model
-    layers = layerwise(rank, encoder, batch_size, progress and env.rank == 0)
+    layers = layerwise(rank, encoder, batch_size, cfg.progress and first)
     final = layers[-1]
     embedding = final if cfg.task == "link" or len(layers) == 1 else layers[-2]
-    partial = out.rstrip("/") + ".partial"
     files = _files(rank, cfg.task, embedding, final)
-    if env.rank == 0:
+    if first:
         shutil.rmtree(partial, ignore_errors=True)
         _create(partial, files)
     dist.barrier()
     _write_rows(rank, partial, files)
     metrics = _metrics(rank, cfg, model, final)
     dist.barrier()
-    if env.rank == 0:
+    if first:
         epoch = state["history"][-1]["epoch"]
         sampled = {k: v for k, v in state["history"][-1].items()
                    if k.startswith(("val_", "test_"))}
-        with open(os.path.join(partial, "embed.json"), "w") as f:
-            json.dump({"graph": os.path.abspath(graph), "checkpoint": os.path.abspath(checkpoint),
-                       "epoch": epoch, "task": cfg.task,
+        with open(os.path.join(partial, EMBED_JSON), "w") as f:
+            json.dump({"graph": os.path.abspath(cfg.graph),
+                       "checkpoint": os.path.abspath(checkpoint), "epoch": epoch, "task": cfg.task,
                        "files": {f"{t}/{name}": [list(shape), dtype]
                                  for (t, name), (_, shape, dtype) in files.items()},
                        "full_neighbor": metrics, "sampled_at_training": sampled}, f, indent=1)
-        if os.path.exists(out):
-            shutil.rmtree(out)
-        os.replace(partial, out)
-        key = "test_auc" if cfg.task == "link" else "test_acc"
-        print(f"wrote {out}: {', '.join(sorted({t for t, _ in files}))}; full-neighbor "
-              f"{key} {metrics[key]:.4f} (sampled evaluation at epoch {epoch}: "
-              f"{sampled.get(key, float('nan')):.4f})", flush=True)
-    dist.barrier()
-    rendezvous.stop()
-    return metrics
+    return metrics, {t for t, _ in files}
 
 
 def layerwise(rank, encoder, batch_size: int, progress: bool) -> list[str]:

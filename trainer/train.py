@@ -10,7 +10,6 @@ total counts summed over ranks), :class:`trainer.link_train.LinkTask` for ``--ta
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -37,6 +36,7 @@ from .dist_sampler import DistNeighborSampler, mix_seed
 from .features import LOG_DEGREE, FeatureFetcher, HaloCache, add_log_degree
 from .loader import NodeLoader, rank_seeds
 from .model import GraphSAGE, LinkModel
+from .outputs import write_json_atomic
 from .scorer import make_scorer
 from .partition import LocalPart
 from .service import PartServer, RpcTransport, serve
@@ -382,13 +382,3 @@ def _report(record: dict, history: list[dict], cfg: TrainConfig, task) -> None:
     if cfg.metrics_out:
         write_json_atomic(cfg.metrics_out, {"config": asdict(cfg), "epochs": history,
                                             "summary": summarize(history, task.metric)})
-
-
-def write_json_atomic(path: str, obj) -> None:
-    """Write JSON to ``path`` through a temporary file renamed into place."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.partial")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)

@@ -12,8 +12,10 @@ Per PATH, by kind (``prep inspect``'s detection and text tables, then figures):
   per phase as stacked bars;
 * chunked graph: its tables (degrees come from the partitioned graph, which has CSCs).
 
-The client holds the figures and small per-part arrays; the page is written beside ``out``
-and renamed into place.
+The client holds the figures and small per-part arrays. ``out`` is checked before any work
+(:func:`check_report_out`): never one of the PATHS or inside one, and an existing file that is
+not a graphprep report is replaced only with ``overwrite``. The page is written beside ``out``
+and renamed into place; a failure leaves ``out`` as it was.
 """
 
 from __future__ import annotations
@@ -23,13 +25,18 @@ import html
 import json
 import os
 
-from formats.partitioned import load_partitioned
+from formats.guard import check_output
+from formats.output import replacing_file
+from formats.partitioned import GRAPH_JSON, load_partitioned
+from formats.assignment import META as ASSIGNMENT_META
+from formats.schema import METADATA
 
 from .. import inspect as inspect_mod
 from ..cluster import ClusterOptions, TaskRunner, dask_client
 from . import plots
 from .profile import profile_partitioned
 
+GENERATOR = '<meta name="generator" content="graphprep prep report">'
 STYLE = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
 pre{background:#f6f6f6;padding:.8em;overflow-x:auto;font-size:12px}
 img{max-width:100%;display:block;margin:.6em 0}section{border-top:1px solid #ccc;margin-top:2em}"""
@@ -102,14 +109,38 @@ def section(path: str, cluster: ClusterOptions) -> str:
             "</section>")
 
 
-def run_report(paths: list[str], out: str, cluster: ClusterOptions) -> str:
-    """Write the report of ``paths`` to ``out``; returns ``out``."""
+def is_report(path: str) -> bool:
+    """Whether ``path`` is a page this command wrote (its generator tag opens the file)."""
+    try:
+        with open(path, "rb") as f:
+            return GENERATOR.encode() in f.read(512)
+    except OSError:
+        return False
+
+
+def input_root(path: str) -> str:
+    """What a PATH stands for: the folder of a ``graph.json``/``metadata.json``/
+    ``partition_meta.json`` (the whole graph or assignment), else the path itself."""
+    if os.path.basename(path) in (GRAPH_JSON, METADATA, ASSIGNMENT_META):
+        return os.path.dirname(os.path.abspath(path))
+    return path
+
+
+def check_report_out(paths: list[str], out: str, overwrite: bool) -> None:
+    """Refuse ``out`` before any work (:func:`formats.guard.check_output`)."""
+    check_output(out, [input_root(p) for p in paths], flag="--out", folder=False,
+                 ours=is_report, what="a report written by prep report", overwrite=overwrite)
+
+
+def run_report(paths: list[str], out: str, cluster: ClusterOptions,
+               overwrite: bool = False) -> str:
+    """Write the report of ``paths`` to ``out``; returns ``out``. Raises FormatError (before
+    any work) for an ``out`` that :func:`check_report_out` refuses."""
+    check_report_out(paths, out, overwrite)
     body = "".join(section(p, cluster) for p in paths)
-    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>graphprep report"
-            f"</title><style>{STYLE}</style></head><body><h1>graphprep report</h1>{body}"
-            "</body></html>")
-    tmp = os.path.join(os.path.dirname(os.path.abspath(out)), f".{os.path.basename(out)}.partial")
-    with open(tmp, "w") as f:
+    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'>{GENERATOR}<title>graphprep "
+            f"report</title><style>{STYLE}</style></head><body><h1>graphprep report</h1>"
+            f"{body}</body></html>")
+    with replacing_file(out) as tmp, open(tmp, "w") as f:
         f.write(page)
-    os.replace(tmp, out)
     return out

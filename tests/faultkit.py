@@ -63,12 +63,16 @@ def prep_fails(scheduler, *args, code: int, names=(), cluster: bool = True):
 PREP = os.path.join(os.path.dirname(sys.executable), "prep")
 
 
-def run_cli(*args, trainer: bool = False, timeout: float = 300, **kwargs):
-    """Run ``prep *args`` (or ``python -m trainer *args``) as a real process; returns the
-    CompletedProcess (text). For kills, signals and exit codes as a shell sees them."""
+def run_cli(*args, trainer: bool = False, timeout: float = 300, cwd=None, **kwargs):
+    """Run ``prep *args`` (or ``python -m trainer *args``) as a real process in ``cwd``
+    (default: the repository); returns the CompletedProcess (text). For kills, signals and
+    exit codes as a shell sees them."""
     cmd = [sys.executable, "-m", "trainer"] if trainer else [PREP]
-    return subprocess.run([*cmd, *map(str, args)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, **kwargs)
+    env = kwargs.pop("env", None) or dict(os.environ)
+    if cwd is not None:     # `python -m trainer` must still import this checkout
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    return subprocess.run([*cmd, *map(str, args)], cwd=cwd or ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=env, **kwargs)
 
 
 def assert_clean_exit(proc, code: int, names=()):

@@ -21,6 +21,7 @@ import os
 import shutil
 import zipfile
 
+from formats.errors import FormatError
 from formats.guard import check_output
 from formats.output import replacing_file, side_paths
 from formats.partitioned import PartitionedGraph
@@ -63,9 +64,13 @@ def check_train_outputs(cfg, graph: PartitionedGraph) -> None:
                  ours=is_checkpoint_folder, what="a checkpoint folder of this trainer",
                  overwrite=cfg.overwrite)
     if cfg.metrics_out:
-        check_output(cfg.metrics_out, inputs + [cfg.checkpoint_dir], flag="--metrics-out",
-                     folder=False, ours=is_metrics_file,
-                     what="a metrics file written by the trainer", overwrite=cfg.overwrite)
+        written = {os.path.realpath(os.path.join(cfg.checkpoint_dir, n)) for n in CHECKPOINT_FILES}
+        if os.path.realpath(cfg.metrics_out) in written:
+            raise FormatError("--metrics-out is a file --checkpoint-dir writes; choose another "
+                              "path", file=cfg.metrics_out)
+        check_output(cfg.metrics_out, inputs, flag="--metrics-out", folder=False,
+                     ours=is_metrics_file, what="a metrics file written by the trainer",
+                     overwrite=cfg.overwrite)
     remove_partials(cfg)
 
 

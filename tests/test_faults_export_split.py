@@ -1,9 +1,13 @@
-"""Fault injection on `prep split-edges` of 0-edge types.
+"""Fault injection on `prep split-edges` of 0-edge types and on `prep export` of damaged parts.
 
 - A 0-edge type carries no edge data (FORMATS.md §1: a field needs a chunk file), so
   `prep split-edges` writes no masks for a 0-edge split type or twin, with a warning; the
   output validates, partitions, dispatches and verifies, and the trainer's link task refuses a
   0-edge type in one line.
+- `prep export --to pyg|dgl` checks every part as the trainer does (formats/part_checks.py)
+  before it writes: a part whose orig_ids were edited in place (same size, same header) to
+  hold out-of-range IDs exits 2 naming the file, with no traceback, no output and the input
+  bytes unchanged.
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ import os
 import numpy as np
 import pytest
 
-from conftest import edge_data_of
-from faultkit import assert_clean_exit, run_cli, tree_hash
+from conftest import edge_data_of, synth_partitioned
+from faultkit import assert_clean_exit, prep_fails, private_copies, run_cli, tree_hash
 
 pytestmark = pytest.mark.faults
 
@@ -128,3 +132,64 @@ def test_split_edges_of_the_empty_type_of_a_hetero_graph(prep, tmp_path, hetero)
     pipeline_after_split(prep, tmp_path / "S", tmp_path)
     link_training_refused(tmp_path / "D" / "graph.json", tmp_path, "--target-etype",
                           "rev-writes", names=["paper:rev-writes:author has 0 edges"])
+
+
+# ------------------------------------------------------------ export of damaged parts
+
+@pytest.fixture(scope="module")
+def base(scheduler, tmp_path_factory):
+    """A synth graph G (300 nodes, 2000 edges), its 2-part assignment A and dispatch D."""
+    return synth_partitioned(scheduler, tmp_path_factory.mktemp("faults-export"), "--nodes",
+                             300, "--edges", 2000, "--seed", 7, "--num-classes", 3)
+
+
+@pytest.fixture
+def work(base, tmp_path):
+    return private_copies(base, tmp_path, names=("D",))
+
+
+def _edit_in_place(path, row, value):
+    """Write ``value`` at ``row`` of a .npy through a memory map: same size, same header."""
+    size, head = os.path.getsize(path), open(path, "rb").read(128)
+    arr = np.load(path, mmap_mode="r+")
+    arr[row] = value
+    arr.flush()
+    del arr
+    assert os.path.getsize(path) == size and open(path, "rb").read(128) == head
+
+
+DAMAGE = {
+    # the last owned node ID of part 0 set to N: still increasing, only out of range
+    "node orig_ids": (0, "nodes/_N/orig_ids.npy", -1, lambda g: g["num_nodes"]["_N"],
+                      "value {v} outside [0, {n})"),
+    # an edge of part 1 given an original ID past the type's count
+    "edge orig_ids": (1, "edges/_N___E___N/orig_ids.npy", 5,
+                      lambda g: g["num_edges"][ET] + 1000, "original edge ID {v} outside [0, {n})"),
+}
+
+
+@pytest.mark.parametrize("to", ["pyg", "dgl"])
+@pytest.mark.parametrize("case", sorted(DAMAGE))
+def test_export_of_a_damaged_part_names_the_file(scheduler, work, to, case):
+    if to == "dgl":
+        pytest.importorskip("dgl")
+    p, rel, row, bad, says = DAMAGE[case]
+    graph = json.loads((work / "D" / "graph.json").read_text())
+    value = bad(graph)
+    _edit_in_place(work / "D" / f"part-{p}" / rel, row, value)
+    before = tree_hash(work / "D")
+    limit = graph["num_nodes"]["_N"] if case.startswith("node") else graph["num_edges"][ET]
+    text = prep_fails(scheduler, "export", work / "D", work / "X", "--to", to, code=2,
+                      names=[f"part-{p}/{rel}", says.format(v=value, n=limit)])
+    assert len(text.strip().splitlines()) == 1, text
+    assert tree_hash(work / "D") == before
+    assert not os.path.exists(work / "X")
+    assert not [n for n in os.listdir(work) if n.endswith((".partial", ".old", ".lock"))]
+
+
+def test_export_of_undamaged_parts_still_works(scheduler, work):
+    """The check passes a clean dispatch (and reads, never writes, it)."""
+    before = tree_hash(work / "D")
+    prep_fails(scheduler, "export", work / "D", work / "X", "--to", "pyg", code=0)
+    assert tree_hash(work / "D") == before
+    assert os.path.exists(work / "X" / "synth-partitions" / "META.json")

@@ -371,7 +371,8 @@ def split_edges(chunked, out, etype, val, test, twin, seed, overwrite, cluster: 
     if not result.reused:
         click.echo(_summary(result.graph))
         for et, (tr, va, te) in result.split_counts.items():
-            click.echo(f"  split {et}: train {tr:,}, val {va:,}, test {te:,}")
+            click.echo(f"  split {et}: train {tr:,}, val {va:,}, test {te:,}" +
+                       ("" if tr + va + te else " (0 edges: no masks written)"))
 
 
 @prep.command("inspect")

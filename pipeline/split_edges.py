@@ -9,7 +9,10 @@ named with ``--twin``).
 
 The output is a chunked graph: the input's files hard-linked (copied across file systems) plus
 edge data ``train_mask``/``val_mask``/``test_mask`` (bool, one ``.npy`` per edge chunk) on the
-type and its twins; ``prep dispatch`` carries them into the parts like any edge data.
+type and its twins; ``prep dispatch`` carries them into the parts like any edge data. A type
+with 0 edges gets no masks, with a warning: a field needs at least one chunk file, and a 0-edge
+type has none (FORMATS.md §1, as ``prep chunk`` treats DGL's 0-row edge data); the trainer's
+link task then says that the type has no edges to predict.
 """
 
 from __future__ import annotations
@@ -140,6 +143,12 @@ def run_split(chunked: str, out: str, spec: SplitSpec, cluster: ClusterOptions,
             _link_inputs(graph, tmp)
             tasks, edge_data = [], dict(graph.edge_data)
             for et, reverse in types:
+                if not graph.num_edges[et]:
+                    # A field needs at least one chunk file (FORMATS.md §1): a 0-edge type
+                    # carries no edge data, as `prep chunk` leaves DGL's 0-row files behind.
+                    log.warning("edge type '%s' has 0 edges: no split masks are written for "
+                                "it (a 0-edge type carries no edge data)", et)
+                    continue
                 rels = {m: tuple(f"edge_data/{et.dirname}/{m}/part-{k:05d}.npy"
                                  for k in range(len(graph.edge_chunks[et]))) for m in MASKS}
                 if set(MASKS) & set(edge_data.get(et, {})):
@@ -156,7 +165,7 @@ def run_split(chunked: str, out: str, spec: SplitSpec, cluster: ClusterOptions,
             result = finish_chunked(result, tmp, manifest,
                                     TaskRunner(client, cluster.progress))
             output.commit()
-    totals = {}
+    totals = {str(et): [0, 0, 0] for et, _ in types}       # a 0-edge type: no tasks, 0s
     for task, c in zip(tasks, counts):
         totals[str(task.etype)] = [a + b for a, b in zip(totals.get(str(task.etype), [0] * 3), c)]
     return dataclasses.replace(result, root=output.final), totals

@@ -1,10 +1,16 @@
 """``prep export``: a graphprep output into a peer's layout. ``pyg`` and ``dgl`` take a
 partitioned graph (FORMATS.md §3), one Dask task per part; ``dgl-chunked`` takes a chunked
 graph (§1), one task per chunk file. The exporters import torch (and DGL) inside their tasks
-only: ``prep`` itself never imports them."""
+only: ``prep`` itself never imports them.
+
+Before ``pyg``/``dgl`` write anything, every part gets the trainer's check
+(:func:`formats.part_checks.check_part`: sizes, structure, sampled hashes), one task per part:
+the exporters index per-ID arrays with the parts' IDs, so a damaged part must stop the export
+with a FormatError naming its file (exit 2), not an IndexError in a task or a wrong output."""
 
 from __future__ import annotations
 
+import logging
 import os
 
 from formats import FormatError, load_chunked_graph
@@ -15,6 +21,8 @@ from formats.storage import is_url
 from pipeline.cluster import ClusterOptions, TaskRunner, dask_client
 from formats.guard import guarded_output
 from pipeline.step import up_to_date
+
+log = logging.getLogger(__name__)
 
 TARGETS = ("pyg", "dgl", "dgl-chunked")
 CHUNKED_TARGETS = ("dgl-chunked",)     # these read a chunked graph, the others a partitioned one
@@ -43,14 +51,33 @@ def run_export(source: str, out: str, to: str, cluster: ClusterOptions,
         if up_to_date(out, manifest, overwrite):
             return None
         output = AtomicOutput(out)
-        with output as tmp, dask_client(cluster) as client:
+        with dask_client(cluster) as client:
             runner = TaskRunner(client, cluster.progress)
-            result = _exporter(to)(graph, tmp, runner)
-            result["root"] = os.path.normpath(
-                os.path.join(output.final, os.path.relpath(result["root"], tmp)))
-            write_json(os.path.join(tmp, MANIFEST), manifest)
-            output.commit()
+            if to not in CHUNKED_TARGETS:
+                check_parts(graph, runner)     # before OUT's side folder is even made
+            with output as tmp:
+                result = _exporter(to)(graph, tmp, runner)
+                result["root"] = os.path.normpath(
+                    os.path.join(output.final, os.path.relpath(result["root"], tmp)))
+                write_json(os.path.join(tmp, MANIFEST), manifest)
+                output.commit()
     return result
+
+
+def _check_part(task) -> list[str]:
+    """Task: the trainer's check of one part (FormatError naming the file); its warnings."""
+    from formats.part_checks import check_part
+
+    graph, p = task
+    return check_part(graph, p, verify_data=False).warnings
+
+
+def check_parts(graph, runner) -> None:
+    """Every part of ``graph`` checked as the trainer checks it, one task per part; raises
+    the first part's FormatError (naming the damaged file), logs the warnings."""
+    reports = runner(_check_part, [(graph, p) for p in range(graph.num_parts)], "check parts")
+    for warning in (w for ws in reports for w in ws):
+        log.warning("%s", warning)
 
 
 def check_input_kind(source: str, to: str) -> None:

@@ -141,15 +141,14 @@ def target_etype(graph, wanted: str | None):
     is unique), else the one type whose edges carry train/val/test masks and whose twin, if
     any, is not it (``prep split-edges`` marks a type and its reverse). Raises ValueError
     naming the candidates."""
-    masked = masked_etypes(graph)
-    counts = getattr(graph, "num_edges", {})
-    empty = [et for et in graph.edge_types if counts.get(et) == 0]
+    empty = [et for et in graph.edge_types if graph.num_edges.get(et) == 0]
+    masked = [et for et in masked_etypes(graph) if et not in empty]
     if wanted:
         named = [et for et in masked if wanted in (str(et), et.rel)]
         hollow = [et for et in empty if wanted in (str(et), et.rel)]
-        if (named or hollow) and (named or hollow)[0] in empty:
-            raise ValueError(f"--target-etype {wanted}: edge type {(named or hollow)[0]} has 0 "
-                             f"edges: no links to predict ({_EMPTY_NOTE})")
+        if hollow and not named:
+            raise ValueError(f"--target-etype {wanted}: edge type {hollow[0]} has 0 edges: no "
+                             f"links to predict ({_EMPTY_NOTE})")
         if len(named) != 1:
             raise ValueError(f"--target-etype {wanted}: not one edge type with train_mask, "
                              f"val_mask and test_mask (those are {[str(e) for e in masked]}; "
@@ -158,8 +157,6 @@ def target_etype(graph, wanted: str | None):
     # a masked type's reverse twin is masked too: keep one of each pair, the first listed
     chosen = [et for i, et in enumerate(masked)
               if not any(o.src == et.dst and o.dst == et.src and o != et for o in masked[:i])]
-    if len(chosen) == 1 and chosen[0] in empty:
-        raise ValueError(f"edge type {chosen[0]} has 0 edges: no links to predict")
     if len(chosen) != 1:
         raise ValueError(f"edge types with train/val/test masks: {[str(e) for e in chosen]}; "
                          "pick one with --target-etype" if chosen else

@@ -102,9 +102,11 @@ def _same_file(fd: int, path: str) -> bool:
 
 @contextmanager
 def guarded_output(out: str, inputs: Iterable[str]):
-    """Refuse an OUT aliasing ``inputs``, then hold OUT's lock for the block (first undoing a
-    replacement of OUT that a killed run left half done)."""
-    refuse_aliasing(out, inputs)
+    """Refuse an OUT that :func:`check_output` refuses, then hold OUT's lock for the block
+    (first undoing a replacement of OUT that a killed run left half done). Whether an existing
+    OUT is the step's own is for its manifest to say (``pipeline.step.up_to_date``)."""
+    check_output(out, inputs, flag="OUT", folder=True, ours=lambda _: True,
+                 what="this step's output", overwrite=False)
     if is_url(out):
         yield
         return

@@ -60,7 +60,7 @@ def test_out_aliasing_an_input_is_refused(scheduler, work, args, culprit):
     before = hashes(work / "G", work / "A")
     fill = {"G": work / "G", "A": work / "A", "W": work}
     argv = [str(a).format(**fill) for a in args]
-    prep_fails(scheduler, *argv, code=2, names=[culprit, "choose another output"])
+    prep_fails(scheduler, *argv, code=2, names=[culprit, "choose another path"])
     assert hashes(work / "G", work / "A") == before
 
 

@@ -247,3 +247,20 @@ def test_a_failed_run_leaves_no_partial_files(sbx):
     no_partials(sbx)
     from trainer.outputs import is_checkpoint_folder, is_metrics_file
     assert is_metrics_file(sbx / "m.json") and is_checkpoint_folder(sbx / "ck")
+
+
+# --- the prep steps share the rule ------------------------------------------------------------
+
+@pytest.mark.parametrize("step, says", [
+    (("dispatch", "{G}", "{A}", "{notes}"), "OUT is a file; give the path of a folder"),
+    (("dispatch", "{G}", "{A}", "{notes}", "--overwrite"), "OUT is a file; give the path"),
+    (("partition", "{G}", "{notes}/A", "-p", 2), "is a file, so nothing can be written under"),
+    (("split-edges", "{G}", "{notes}/S", "--etype", "_N:_E:_N"), "is a file, so nothing"),
+])
+def test_prep_steps_apply_the_same_rule(scheduler, made, sbx, step, says):
+    fill = {"G": made["root"] / "G", "A": made["D"] + "-a", "notes": sbx / "notes.txt"}
+    before = tree_hash(sbx)
+    text = prep_fails(scheduler, *[str(a).format(**fill) for a in step], code=2, names=[says])
+    one_line_error(text)
+    assert tree_hash(sbx) == before
+    no_partials(sbx)

@@ -363,15 +363,16 @@ def test_relative_paths_with_an_external_scheduler(scheduler, work):
 
 
 def test_unexpected_failure_is_one_line_and_v_shows_the_traceback(scheduler, work):
-    """An environment fault (OUT under a regular file) ends in one line, exit 1."""
-    (work / "plain").write_text("not a folder")
-    out = prep_fails(scheduler, "synth", work / "plain" / "S", code=1,
-                     names=["plain", "-v shows the traceback"])
-    assert len(out.strip().splitlines()) == 1, out
+    """An environment fault (an OUT name the file system refuses: ENAMETOOLONG) ends in one
+    line, exit 1. (OUT under a regular file is bad input now: refused up front, exit 2.)"""
+    out = work / ("S" * 300)
+    text = prep_fails(scheduler, "synth", out, code=1,
+                      names=["File name too long", "-v shows the traceback"])
+    assert len(text.strip().splitlines()) == 1, text
     from click.testing import CliRunner
 
     from pipeline.cli import prep as cli
-    verbose = CliRunner().invoke(cli, ["synth", str(work / "plain" / "S"), "-v"])
+    verbose = CliRunner().invoke(cli, ["synth", str(out), "-v"])
     assert verbose.exit_code == 1 and "Traceback" in verbose.output, verbose.output
 
 

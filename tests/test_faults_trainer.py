@@ -224,7 +224,7 @@ def test_unknown_format_version_is_refused(copy, tmp_path):
     with open(path, "w") as f:
         json.dump(meta, f)
     proc = train(copy, tmp_path / "ckpt")
-    assert_clean_exit(proc, 1, ["graph.json", "format_version", "99"])
+    assert_clean_exit(proc, 2, ["--graph", "graph.json", "format_version", "99"])
 
 
 def test_verify_data_catches_a_change_the_sampled_hash_misses(copy, tmp_path):
@@ -301,8 +301,8 @@ def test_unwritable_checkpoint_dir_fails_before_epoch_0(cora2, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")                                # root can write anywhere else
     proc = train(cora2, blocker / "ckpt", "--metrics-out", tmp_path / "m.json")
-    text = assert_clean_exit(proc, 2, [f"--checkpoint-dir {blocker / 'ckpt'}",
-                                       "cannot write there"])
+    text = assert_clean_exit(proc, 2, [f"{blocker / 'ckpt'}: --checkpoint-dir: {blocker} is "
+                                       "a file, so nothing can be written under it"])
     assert "launching" not in text and "epoch" not in text
     assert not (tmp_path / "m.json").exists()
 

@@ -123,7 +123,7 @@ def test_bad_options_fail_before_launch(cora, tmp_path):
     proc, _, _ = train(cora[2], tmp_path, "--fanouts", "10,x")
     assert proc.returncode == 2 and "comma-separated integers" in proc.stderr
     proc, _, _ = train(str(tmp_path / "missing.json"), tmp_path)
-    assert proc.returncode == 1 and "graph.json not found" in proc.stderr
+    assert proc.returncode == 2 and "graph.json not found" in proc.stderr
     if not __import__("torch").cuda.is_available():
         proc, _, _ = train(cora[2], tmp_path, "--placement", "cuda")
         assert proc.returncode == 2 and "needs CUDA" in proc.stderr

@@ -174,11 +174,12 @@ def start_command(graph: str, verbose: bool):
     try:
         return rank, load_partitioned(graph)
     except FormatError as err:
-        raise BadInput(f"--graph {err}{_graph_hint(graph)}") from None
+        raise BadInput(f"--graph {err}{_graph_hint(graph, err)}") from None
 
 
-def _graph_hint(graph: str) -> str:
-    """What the user gave instead of a partitioned graph, when it is recognisable."""
+def _graph_hint(graph: str, err: FormatError) -> str:
+    """What the user gave instead of a partitioned graph, or what was expected when the file
+    is missing or not JSON (a graph.json with bad fields is named by ``err`` itself)."""
     from formats.assignment import META as ASSIGNMENT_META
     from formats.schema import METADATA
     folder = graph if os.path.isdir(graph) else os.path.dirname(graph)
@@ -188,7 +189,9 @@ def _graph_hint(graph: str) -> str:
     if os.path.isfile(os.path.join(folder, ASSIGNMENT_META)):
         return (" (this is a partition assignment: prep dispatch it with its chunked graph, "
                 "then pass the graph.json that prep dispatch writes)")
-    return " (expected graph.json written by prep dispatch, or its folder)"
+    if err.field is None:
+        return " (expected graph.json written by prep dispatch, or its folder)"
+    return ""
 
 
 def _check_outputs(cfg, meta, target: str, rank: str | None) -> None:

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from faultkit import (PREP, ROOT, assert_clean_exit, hashes, prep_fails, private_copies, run_cli,
-                      tree_hash)
+from faultkit import (PREP, ROOT, assert_clean_exit, hashes, needs_privilege, prep_fails,
+                      private_copies, run_cli, tree_hash)
 
 pytestmark = pytest.mark.faults
 
@@ -305,11 +305,13 @@ def test_unpinned_task_of_a_dead_worker_is_rerun(scheduler, tmp_path):
 @pytest.fixture
 def tiny_disk(tmp_path):
     if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root: the disk-full case runs only as root")
+        needs_privilege("mounting a tmpfs needs root: the disk-full case runs only as root")
     disk = tmp_path / "disk"
     disk.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(disk)]).returncode:
-        pytest.skip("mount -t tmpfs failed here (no CAP_SYS_ADMIN in this container)")
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(disk)],
+                           capture_output=True, text=True)
+    if mount.returncode:
+        needs_privilege(f"mount -t tmpfs failed ({mount.stderr.strip()}): no CAP_SYS_ADMIN")
     yield disk
     subprocess.run(["umount", "-l", str(disk)])
 

@@ -21,12 +21,18 @@ import psutil
 import pytest
 
 from conftest import shared_data
-from faultkit import tree_hash
+from faultkit import needs_privilege, tree_hash
 from hostsim import BIN, ROOT, TwoHosts, listening, netns_unavailable
 
+pytestmark = pytest.mark.multihost
 _why = netns_unavailable()
-pytestmark = [pytest.mark.multihost,
-              pytest.mark.skipif(_why is not None, reason=_why or "")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _namespaces():
+    """Every case here needs network namespaces: skipped naming why as a non-root user, failed
+    as root (faultkit.needs_privilege)."""
+    needs_privilege(_why)
 
 DASK = os.path.join(BIN, "dask")
 PREP = os.path.join(BIN, "prep")

@@ -156,9 +156,9 @@ def from_processed(obj: tuple, path: str):
 
 def read_graph(path: str):
     """The ``Data`` or ``HeteroData`` held by ``path`` (a saved graph or a processed file)."""
+    obj = load_pyg(path)                 # first: it says what to install if PyG is missing
     from torch_geometric.data import Data, HeteroData
 
-    obj = load_pyg(path)
     if isinstance(obj, tuple):
         obj = from_processed(obj, path)
     if isinstance(obj, (Data, HeteroData)):
@@ -306,10 +306,9 @@ def _heterogeneous(data, path: str, staging: str, chunk_size: int, skipped: list
 
 def from_pyg(path: str, staging: str, chunk_size: int, name: str | None) -> SourceGraph:
     """A PyG graph file or processed dataset (file or folder) as a :class:`SourceGraph`."""
-    from torch_geometric.data import HeteroData
-
     file = resolve_input(path)
-    data = read_graph(file)
+    data = read_graph(file)              # imports torch_geometric, or says what to install
+    from torch_geometric.data import HeteroData
     skipped: list = []
     build = _heterogeneous if isinstance(data, HeteroData) else _homogeneous
     node_types, counts, edges, node_data = build(data, file, staging, chunk_size, skipped)

@@ -40,6 +40,9 @@ def run_export(source: str, out: str, to: str, cluster: ClusterOptions,
     if to == "dgl":
         from .dgl import require_dgl
         require_dgl()                  # before anything is read, started or written
+    if to == "pyg":
+        from .pyg import require_torch
+        require_torch()
     if is_url(source):
         kind = "chunked" if to in CHUNKED_TARGETS else "partitioned"
         raise FormatError(f"export reads a local {kind} graph; copy it first", file=source)

@@ -48,7 +48,6 @@ the tasks: ``prep`` itself never imports them.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -56,10 +55,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import EdgeType, FormatError
+from formats import EdgeType
 from formats.partitioned import PartitionedGraph
 
 from .parts import PartView
+from .requires import import_in_task, require
 
 # DGL 1.1.3 imports `packaging`, falling back to setuptools<70's vendored copy: installing
 # packaging avoids that downgrade, which conflicts with torch 2.13 (setuptools>=77.0.3).
@@ -67,21 +67,16 @@ DGL_MISSING = "--to dgl needs dgl (pip install 'dgl==1.1.3' packaging)"
 
 
 def require_dgl() -> None:
-    """FormatError on ``--to`` unless DGL is importable here; found without importing it."""
-    if importlib.util.find_spec("dgl") is None:
-        raise FormatError(DGL_MISSING, field="--to")
+    """FormatError on ``--to`` unless DGL (and torch) are importable here; found without
+    importing them."""
+    require(("dgl", "torch"), DGL_MISSING)
 
 
 def _import_dgl():
     """``(dgl, torch)`` inside a task; a worker without DGL fails with the same message."""
     # Without a backend named, DGL writes ~/.dgl/config.json and prints a notice on import.
     os.environ.setdefault("DGLBACKEND", "pytorch")
-    try:
-        import dgl
-        import torch
-    except ImportError as err:
-        raise FormatError(f"{DGL_MISSING}: {err}", field="--to") from None
-    return dgl, torch
+    return import_in_task("dgl", DGL_MISSING), import_in_task("torch", DGL_MISSING)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,9 @@ from formats import EdgeType
 from formats.partitioned import PartitionedGraph
 
 from .parts import PartView
+from .requires import import_in_task, require
+
+TORCH_MISSING = "--to pyg writes torch files and needs torch (pip install -c constraints.txt torch)"
 
 NODE_NAMES = {"feat": "x"}
 EDGE_NAMES = {"feat": "edge_attr"}
@@ -79,10 +82,15 @@ def _tensors(torch, arrays: dict[str, np.ndarray], names: dict[str, str]) -> dic
     return {names.get(n, n): torch.from_numpy(np.array(a)) for n, a in arrays.items()}
 
 
+def require_torch() -> None:
+    """FormatError on ``--to`` unless torch is importable here (found without importing it)."""
+    require(("torch",), TORCH_MISSING)
+
+
 def write_part(task: tuple[PygLayout, int]) -> dict[str, int]:
     """Part ``p``'s ``graph.pt``, ``node_feats.pt``, ``edge_feats.pt`` and split index files.
     Holds the part's arrays. Returns its node and edge counts."""
-    import torch
+    torch = import_in_task("torch", TORCH_MISSING)
 
     layout, p = task
     g, view = layout.graph, PartView(layout.graph, p)
@@ -140,7 +148,7 @@ class MapTask:
 def write_map(task: MapTask) -> None:
     """One per-ID file (part of every node/edge of a type, or labels by original ID): filled
     part by part in a memory-mapped scratch array beside it, then saved and removed."""
-    import torch
+    torch = import_in_task("torch", TORCH_MISSING)
 
     layout, g = task.layout, task.layout.graph
     if task.kind == "edge":

@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -118,19 +119,22 @@ def assert_umask_027(*folders) -> None:
 def test_local_ranks_listen_on_loopback_only_and_checkpoints_follow_the_umask(cora_two_parts,
                                                                               tmp_path):
     import psutil
-    proc = subprocess.Popen([sys.executable, "-m", "trainer", "--graph", cora_two_parts,
-                             "--epochs", "1", "--fanouts", "5,5", "--threads", "1",
-                             "--no-progress", "--checkpoint-dir", str(tmp_path / "ckpt")],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, umask=0o027)
-    seen = set()
-    while proc.poll() is None:
-        try:
-            for rank in psutil.Process(proc.pid).children():
-                seen |= listening(rank.pid)
-        except (psutil.Error, OSError):
-            pass
-    assert proc.returncode == 0, proc.stderr.read()[-3000:]
+    log = tmp_path / "train.log"
+    with open(log, "w") as err:     # a file, not a pipe: nobody drains it while we poll
+        proc = subprocess.Popen([sys.executable, "-m", "trainer", "--graph", cora_two_parts,
+                                 "--epochs", "1", "--fanouts", "5,5", "--threads", "1",
+                                 "--no-progress", "--checkpoint-dir", str(tmp_path / "ckpt")],
+                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                umask=0o027)
+        seen = set()
+        while proc.poll() is None:
+            try:
+                for rank in psutil.Process(proc.pid).children():
+                    seen |= listening(rank.pid)
+            except (psutil.Error, OSError):
+                pass
+            time.sleep(0.02)        # poll, don't spin: the ranks need both cores
+    assert proc.returncode == 0, log.read_text()[-3000:]
     assert seen and {addr for addr, _ in seen} == {"127.0.0.1"}, seen
     assert_umask_027(tmp_path / "ckpt")
 
@@ -138,7 +142,9 @@ def test_local_ranks_listen_on_loopback_only_and_checkpoints_follow_the_umask(co
 def test_embedded_cluster_listens_on_loopback_only(scheduler):
     # the session's embedded scheduler (and its dashboard) run in this process
     assert scheduler.startswith("tcp://127.0.0.1:")
-    assert {addr for addr, _ in listening(os.getpid())} <= {"127.0.0.1"}
+    sockets = listening(os.getpid())
+    assert ("127.0.0.1", int(scheduler.rsplit(":", 1)[1])) in sockets, sockets  # it is seen
+    assert {addr for addr, _ in sockets} == {"127.0.0.1"}, sockets
 
 
 def test_dispatch_output_follows_the_umask(cora_chunked, cora_two_parts, tmp_path):

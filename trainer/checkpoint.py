@@ -137,8 +137,12 @@ def check_for_embed(path: str, graph) -> None:
                             "older trainer), so it cannot be matched to this graph")
     try:
         cfg = TrainConfig(**embed_config(state, graph.root))
+    except TypeError as err:
+        raise CheckpointRefused(f"--checkpoint: {path} was written by another version of this "
+                                f"trainer ({err})") from None
+    try:
         target = task_target(graph, cfg)
-    except (TypeError, ValueError) as err:
+    except ValueError as err:
         raise CheckpointRefused(f"--checkpoint: {path} does not fit this graph: its --task "
                             f"{state['config'].get('task')!r} needs what the graph lacks: "
                             f"{err}") from None

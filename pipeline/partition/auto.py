@@ -1,12 +1,12 @@
 """``--method auto``: ``metis`` when its in-memory peak fits the memory budget, else
 ``multilevel``.
 
-The estimate is the memory model of ``multilevel/budget.py``: ``--method metis`` peaks at about
-``METIS_BYTES_PER_EDGE`` (270) bytes per input edge in its one task (measured: 2.7 GB at 10^7
-edges). The budget is ``SHARE`` of the smallest Dask worker memory limit (the embedded cluster's
-default limit is the machine's memory divided among its workers), or of this machine's memory
-when the workers have no limit. ``SHARE`` stays below Dask's pause threshold (80% of the limit)
-with room for the worker's own baseline.
+The estimate is the memory model's (``pipeline/estimate.py``, also behind the multilevel
+budget): ``--method metis`` peaks at about ``METIS_BYTES_PER_EDGE`` (270) bytes per input edge in
+its one task (measured: 2,658 MB at 10^7 edges). The budget is ``SHARE`` of the smallest Dask worker memory
+limit (the embedded cluster's default limit is the machine's memory divided among its workers),
+or of this machine's memory when the workers have no limit. ``SHARE`` stays below Dask's pause
+threshold (80% of the limit) with room for the worker's own baseline.
 """
 
 from __future__ import annotations

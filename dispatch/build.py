@@ -37,11 +37,13 @@ class PartTask:
 @dataclass
 class BuiltPart:
     """What the client needs of a built part: edge count per type, the integrity manifest of
-    its files, and the largest ``label`` per node type with integer labels (-1: none)."""
+    its files, the largest ``label`` per node type with integer labels (-1: none), and whether
+    an earlier (interrupted) run had built it already (``reused``: nothing written now)."""
 
     counts: dict[str, int]
     manifest: dict[str, FileRecord] = field(default_factory=dict)
     label_max: dict[str, int] = field(default_factory=dict)
+    reused: bool = False
 
 
 def build_part(task: PartTask) -> BuiltPart:
@@ -49,7 +51,8 @@ def build_part(task: PartTask) -> BuiltPart:
     files, the same either way. Holds one node range or destination sub-range while building,
     one 8 MiB block while hashing."""
     plan, p, g = task.plan, task.p, task.plan.graph
-    if not os.path.exists(task.target):  # renamed into place only when complete
+    reused = os.path.exists(task.target)  # renamed into place only when complete
+    if not reused:
         with atomic_folder(task.target) as out:
             for t in g.node_types:
                 _write_nodes(plan, t, p, task.node_map[t][p], out)
@@ -67,7 +70,8 @@ def build_part(task: PartTask) -> BuiltPart:
     labels = {t: os.path.join(task.target, "node_feats", t, "label.npy") for t in g.node_types
               if "label" in g.node_data.get(t, {})}
     return BuiltPart(counts, part_manifest(task.target),
-                     {t: m for t, path in labels.items() if (m := _label_max(path)) is not None})
+                     {t: m for t, path in labels.items() if (m := _label_max(path)) is not None},
+                     reused)
 
 
 def _label_max(path: str, rows: int = 1 << 22) -> int | None:

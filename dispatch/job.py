@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -40,9 +40,10 @@ log = logging.getLogger(__name__)
 WORK = ".work"
 
 
-def _prepare_out(out: str, manifest: dict, overwrite: bool) -> str | None:
-    """The folder to build ``out`` in: ``.OUT.partial`` beside it, resumed when it holds this
-    exact work, else started afresh. None when ``out`` already holds this exact work.
+def _prepare_out(out: str, manifest: dict, overwrite: bool) -> tuple[str, bool] | None:
+    """``(folder to build out in, resumed)``: ``.OUT.partial`` beside it, resumed (True) when
+    it holds this exact work, else started afresh. None when ``out`` already holds this exact
+    work.
 
     An existing ``out`` is never touched here: the new output replaces it only when complete.
     """
@@ -57,14 +58,36 @@ def _prepare_out(out: str, manifest: dict, overwrite: bool) -> str | None:
                               "dispatch; pass --overwrite to replace it", file=out)
     partial, _ = side_paths(out)
     work = os.path.join(partial, WORK)
-    if os.path.exists(partial):
-        if same_work(read_manifest(work), manifest):
-            log.info("resuming the interrupted dispatch in %s", partial)
-        else:
-            shutil.rmtree(partial)
+    resumed = os.path.exists(partial) and same_work(read_manifest(work), manifest)
+    if resumed:
+        # Shown by default (a warning), as is the tally at the end: a resume is no silent event.
+        log.warning("resuming the interrupted dispatch in %s", partial)
+    elif os.path.exists(partial):
+        shutil.rmtree(partial)
     os.makedirs(work, exist_ok=True)
     write_json(os.path.join(work, MANIFEST), manifest)
-    return partial
+    return partial, resumed
+
+
+@dataclass
+class Reuse:
+    """Per step that leaves files (relabel, shuffle, build): ``(tasks an earlier, interrupted
+    run had done already, tasks)``, as the tasks themselves found (they skip a finished one).
+    The node counts leave no files and are always redone: not counted."""
+
+    steps: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def add(self, step: str, reused: list[bool]) -> None:
+        self.steps[step] = (sum(map(bool, reused)), len(reused))
+
+    def line(self, partial: str) -> str:
+        """The report of a resumed run, e.g. "resumed the interrupted dispatch in P: 18 of 40
+        tasks were done already (relabel 3 of 3, shuffle 15 of 30, build 0 of 7); ran 22"."""
+        done = sum(d for d, _ in self.steps.values())
+        total = sum(n for _, n in self.steps.values())
+        each = ", ".join(f"{step} {d} of {n}" for step, (d, n) in self.steps.items())
+        return (f"resumed the interrupted dispatch in {partial}: {done} of {total} tasks were "
+                f"done already ({each}); ran {total - done}")
 
 
 def run_dispatch(chunked: str, assignment_dir: str, out: str, cluster: ClusterOptions,
@@ -85,15 +108,17 @@ def run_dispatch(chunked: str, assignment_dir: str, out: str, cluster: ClusterOp
     if is_url(out) and url_up_to_date(out, manifest, overwrite):
         return None
     with guarded_output(local, [chunked, assignment_dir]):
-        build = _prepare_out(local, manifest, overwrite)
-        if build is None:
+        prepared = _prepare_out(local, manifest, overwrite)
+        if prepared is None:
             return None
+        build, resumed = prepared
+        reuse = Reuse()
         with dask_client(cluster, machines) as client:
             run = TaskRunner(client, cluster.progress)
             try:
                 plan = DispatchPlan(graph, assignment, os.path.join(build, WORK), range_size,
                                     nan_policy=nan_policy)
-                result = _dispatch_into(plan, build, run, out, inputs, machines)
+                result = _dispatch_into(plan, build, run, out, inputs, machines, reuse)
             except FormatError:  # bad input: nothing worth resuming (fixed input, new work)
                 if machines:
                     run(_remove_task, [build] * len(machines), "clean up", workers=machines)
@@ -105,6 +130,8 @@ def run_dispatch(chunked: str, assignment_dir: str, out: str, cluster: ClusterOp
                 run(_swap_task, [(build, local)] * len(machines), "commit", workers=machines)
             swap_into_place(build, local)
         shutil.rmtree(os.path.join(local, WORK))
+        if resumed:
+            log.warning("%s", reuse.line(build))
     if is_url(out):
         upload(local, out)
     return result
@@ -119,9 +146,9 @@ def _swap_task(paths: tuple[str, str]) -> bool:
 
 
 def _dispatch_into(plan: DispatchPlan, local: str, run: TaskRunner, out: str, inputs: dict,
-                   machines: tuple[str, ...]) -> PartitionedGraph:
+                   machines: tuple[str, ...], reuse: Reuse) -> PartitionedGraph:
     """Build every part of ``plan`` under ``local`` (parts of machine M on M's worker);
-    returns the partitioned graph's metadata."""
+    returns the partitioned graph's metadata. Tallies in ``reuse`` the tasks found done."""
     graph, assignment = plan.graph, plan.assignment
     p_count = plan.num_parts
     node_map, bases = {}, {}
@@ -135,10 +162,10 @@ def _dispatch_into(plan: DispatchPlan, local: str, run: TaskRunner, out: str, in
             os.replace(plan.map_path(t) + ".tmp.npy", plan.map_path(t))
     relabel = [RangeTask(plan, t, k, a, b, bases[t][k]) for t in graph.node_types
                for k, (a, b) in enumerate(plan.ranges(t))]
-    run(relabel_range, relabel, "relabel nodes")
+    reuse.add("relabel", run(relabel_range, relabel, "relabel nodes"))
     buckets = [BucketTask(plan, et, k, path, a, b, tuple(map(tuple, node_map[et.dst])))
                for et in graph.edge_types for k, (path, a, b) in enumerate(plan.edge_chunks(et))]
-    run(bucket_edges, buckets, "shuffle edges")
+    reuse.add("shuffle", run(bucket_edges, buckets, "shuffle edges"))
     parts = [PartInfo(f"{machines[p % len(machines)]}/part-{p}" if machines else f"part-{p}",
                       machines[p % len(machines)] if machines else "")
              for p in range(p_count)]
@@ -147,6 +174,7 @@ def _dispatch_into(plan: DispatchPlan, local: str, run: TaskRunner, out: str, in
                   for p in range(p_count)]
     built = run(build_part, part_tasks, "build parts",
                 workers=[pi.machine for pi in parts] if machines else None)
+    reuse.add("build", [b.reused for b in built])
     parts = [replace(pi, manifest=b.manifest) for pi, b in zip(parts, built)]
     num_classes = {t: max(b.label_max[t] for b in built) + 1 for t in graph.node_types
                    if all(t in b.label_max for b in built)}

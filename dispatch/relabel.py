@@ -33,14 +33,16 @@ def count_range(task: RangeTask) -> np.ndarray:
     return np.bincount(parts, minlength=task.plan.num_parts)
 
 
-def relabel_range(task: RangeTask) -> None:
+def relabel_range(task: RangeTask) -> bool:
     """Write the range's slice of the old->new map and its per-part pieces (original IDs and
-    data rows). Holds the range's parts and data rows. Raises :class:`FormatError` on a NaN/inf
-    under ``plan.nan_policy`` "error" (named by chunk file, field and row)."""
+    data rows); returns True when an earlier (interrupted) run had done it already (nothing
+    written), False when done now. Holds the range's parts and data rows. Raises
+    :class:`FormatError` on a NaN/inf under ``plan.nan_policy`` "error" (named by chunk file,
+    field and row)."""
     plan, t = task.plan, task.ntype
     final = plan.node_piece(t, task.k)
     if os.path.exists(final):
-        return  # done by an earlier (interrupted) run
+        return True
     # Read (and checked) before anything is written: bad data fails the task first.
     data = {name: f.read(task.start, task.stop) for name, f in plan.node_fields.get(t, {}).items()}
     parts = np.asarray(plan.assignment.parts_of(t)[task.start:task.stop]).astype(np.int64)
@@ -60,6 +62,7 @@ def relabel_range(task: RangeTask) -> None:
             write_array_chunk(os.path.join(tmp, f"p{p:05d}.orig.npy"), orig[mine])
             for name, values in data.items():
                 write_array_chunk(os.path.join(tmp, f"p{p:05d}.{name}.npy"), values[mine])
+    return False
 
 
 def node_book(counts_per_range: list[np.ndarray]) -> tuple[list[list[int]], list[tuple[int, ...]]]:

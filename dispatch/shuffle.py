@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from formats import EdgeType
-from formats.output import save_npy, write_array_chunk
+from formats.output import write_array_chunk
 from formats.validate import read_checked_edges
 from .plan import DispatchPlan, atomic_folder
 
@@ -43,12 +43,14 @@ def chunk_edges(task: BucketTask) -> tuple[np.ndarray, np.ndarray]:
                               num_dst=plan.graph.num_nodes[et.dst], etype=et)
 
 
-def bucket_edges(task: BucketTask) -> list[int]:
-    """Write the chunk's buckets; returns edges per part. Holds the chunk and its edge data."""
+def bucket_edges(task: BucketTask) -> bool:
+    """Write the chunk's buckets; returns True when an earlier (interrupted) run had written
+    them already (nothing written), False when written now. Holds the chunk and its edge
+    data."""
     plan, et = task.plan, task.etype
     final = plan.edge_bucket(et, task.k)
     if os.path.exists(final):
-        return list(np.load(os.path.join(final, "counts.npy")))
+        return True
     src, dst = chunk_edges(task)
     # Checked before use as indices: a negative ID would silently index from the end.
     new_src = np.asarray(np.load(plan.map_path(et.src), mmap_mode="r")[src])
@@ -72,5 +74,4 @@ def bucket_edges(task: BucketTask) -> list[int]:
                               np.searchsorted(rows[0, sl], subs))
             for name, values in data.items():
                 write_array_chunk(os.path.join(tmp, f"p{p:05d}.{name}.npy"), values[sl])
-        save_npy(os.path.join(tmp, "counts.npy"), counts)
-    return counts.tolist()
+    return False

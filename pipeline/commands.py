@@ -292,7 +292,7 @@ def dispatch(chunked, assignment, out, machines, range_size, nan_policy, dry_run
     Out of core: edges are bucketed by owner part on disk and a part is built one destination
     sub-range at a time; no task holds all edges. Built in .OUT.partial beside OUT and swapped
     in when complete (on each machine, for its parts). Resumable: rerun the same command after
-    a kill to finish the job with the same bytes.
+    a kill to finish the job with the same bytes; it says how many tasks were done already.
     """
     if dry_run:
         from formats.assignment import load_assignment

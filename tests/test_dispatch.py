@@ -1,9 +1,11 @@
 """prep dispatch + prep verify: every edge and node survives, mutations are caught, reruns
 resume to identical bytes, delivery to machines and fsspec URLs."""
 
+import contextlib
 import filecmp
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -208,25 +210,86 @@ def test_identical_bytes_for_one_and_two_workers(tmp_path, scheduler, mag):
     same_bytes(tmp_path / "d1", tmp_path / "d2")
 
 
-def test_kill_and_resume_gives_identical_bytes(tmp_path, scheduler):
+RESUMED = re.compile(r"resumed the interrupted dispatch in \S+: (\d+) of (\d+) tasks were done "
+                     r"already \(relabel (\d+) of (\d+), shuffle (\d+) of (\d+), build (\d+) of "
+                     r"(\d+)\); ran (\d+)")
+
+
+def finished_tasks(partial) -> dict[str, list[str]]:
+    """Per dispatch step, the tasks whose output lies under ``partial`` (``.OUT.partial``):
+    relabel pieces and edge buckets in ``.work``, built parts beside it. Each is a folder
+    renamed into place when its task completed (``NAME.tmp`` while in progress)."""
+    def folders(pattern):
+        return sorted(str(f.relative_to(partial)) for f in partial.glob(pattern)
+                      if f.is_dir() and not f.name.endswith(".tmp"))
+    return {"relabel": folders(".work/nodes/*/r*"), "shuffle": folders(".work/edges/*/c*"),
+            "build": folders("part-*")}
+
+
+def file_ids(folder) -> dict[str, tuple[int, int]]:
+    """``{relative path: (inode, mtime in ns)}`` of every file under ``folder``: a file
+    rewritten or written anew changes one of them."""
+    return {os.path.relpath(os.path.join(d, f), folder):
+            ((st := os.stat(os.path.join(d, f))).st_ino, st.st_mtime_ns)
+            for d, _, fs in os.walk(folder) for f in fs}
+
+
+def kill_group_when(proc, ready, timeout: float = 60) -> None:
+    """SIGKILL ``proc``'s process group (the ``prep`` client and its embedded Dask workers) as
+    soon as ``ready()`` holds, then wait until none of them can still write (gone or zombie):
+    what is on disk afterwards is exactly what the killed run finished."""
+    import psutil
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert proc.poll() is None, "dispatch ended before it could be killed midway"
+        assert time.monotonic() < deadline, "the kill point never came"
+        time.sleep(0.005)
+    members = psutil.Process(proc.pid).children(recursive=True)
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    for m in members:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            while m.status() != psutil.STATUS_ZOMBIE:
+                assert time.monotonic() < deadline + 10, m
+                time.sleep(0.01)
+
+
+def test_killed_dispatch_resumes_without_redoing_finished_tasks(tmp_path, scheduler):
+    """Killed while building parts (every relabel and shuffle task and some parts done), the
+    rerun reuses exactly what the killed run finished, says so, leaves the finished parts' files
+    untouched (same inodes and mtimes in OUT), and gives the bytes of an uninterrupted run; an
+    uninterrupted run reports no resume."""
     run_cli(scheduler, "synth", tmp_path / "g", "--nodes", 40000, "--edges", 600000,
             "--chunk-size", 20000)
     run_cli(scheduler, "partition", tmp_path / "g", tmp_path / "a", "-p", 4)
-    run_cli(scheduler, "dispatch", tmp_path / "g", tmp_path / "a", tmp_path / "ref",
-            "--range-size", 4000)
+    fresh = run_cli(scheduler, "dispatch", tmp_path / "g", tmp_path / "a", tmp_path / "ref",
+                    "--range-size", 4000)
+    assert "interrupted dispatch" not in fresh.output, fresh.output   # no resume reported
     cmd = [sys.executable, "-m", "pipeline.cli", "dispatch", str(tmp_path / "g"),
-           str(tmp_path / "a"), str(tmp_path / "d"), "--range-size", "4000", "--no-progress",
-           "--scheduler", scheduler]
-    proc = subprocess.Popen(cmd, start_new_session=True)
-    work = tmp_path / ".d.partial" / ".work" / "edges"      # built beside the output
-    deadline = time.time() + 60
-    while time.time() < deadline and not (work.exists() and any(work.iterdir())):
-        time.sleep(0.01)
-    os.killpg(proc.pid, signal.SIGKILL)          # killed midway
-    assert proc.wait() == -signal.SIGKILL, "dispatch ended before it could be killed midway"
-    assert (tmp_path / ".d.partial").exists() and not (tmp_path / "d").exists()
-    run_cli(scheduler, "dispatch", tmp_path / "g", tmp_path / "a", tmp_path / "d",
-            "--range-size", 4000)
+           str(tmp_path / "a"), str(tmp_path / "d"), "--range-size", "4000", "--no-progress"]
+    partial = tmp_path / ".d.partial"                          # built beside the output
+    # The embedded cluster (no --scheduler) dies with the process group: no task of the killed
+    # run finishes after the kill.
+    proc = subprocess.Popen(cmd + ["--workers", "2"], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    kill_group_when(proc, lambda: finished_tasks(partial)["build"])
+    done = finished_tasks(partial)
+    # Parts are built after every relabel and shuffle task; 2 workers build 2 of the 4 parts
+    # at most at once: the kill landed after some tasks and before all.
+    assert len(done["relabel"]) == 10 and len(done["shuffle"]) == 30, done
+    assert 1 <= len(done["build"]) < 4, done
+    assert not (tmp_path / "d").exists()
+    built = {part: file_ids(partial / part) for part in done["build"]}
+    rerun = subprocess.run(cmd + ["--scheduler", scheduler], capture_output=True, text=True,
+                           timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    found = RESUMED.search(rerun.stdout + rerun.stderr)   # shown without -v
+    assert found, rerun.stderr
+    reused, total, *steps, ran = map(int, found.groups())
+    assert steps == [10, 10, 30, 30, len(done["build"]), 4], found.group(0)
+    assert (reused, total, ran) == (sum(map(len, done.values())), 44, 44 - reused)
+    for part, ids in built.items():   # not rebuilt: the very files the killed run wrote
+        assert file_ids(tmp_path / "d" / part) == ids, part
     same_bytes(tmp_path / "ref", tmp_path / "d")
     run_cli(scheduler, "verify", tmp_path / "g", tmp_path / "d")
 

@@ -85,24 +85,30 @@ def _abs(path: str) -> str:
     return path if "://" in str(path) else os.path.abspath(path)
 
 
-def synth(out: str, *, nodes: int = 20_000, edges: int = 200_000, hetero: bool = False,
-          num_classes: int = 8, feat_dim: int = 32, homophily: float = 0.8,
-          exponent: float = 2.5, feat_signal: float = 0.35,
-          split: tuple[float, float, float] = (0.6, 0.2, 0.2), seed: int = 0,
-          chunk_size: int = DEFAULT_CHUNK, overwrite: bool = False, client=None,
+def synth(out: str, *, generator: str = "planted", nodes: int | None = None,
+          edges: int | None = None, hetero: bool = False, num_classes: int = 8,
+          feat_dim: int = 32, homophily: float | None = None, exponent: float | None = None,
+          scale: int | None = None, edge_factor: int | None = None, rmat_abc=None,
+          feat_signal: float = 0.35, split: tuple[float, float, float] = (0.6, 0.2, 0.2),
+          seed: int = 0, chunk_size: int = DEFAULT_CHUNK, overwrite: bool = False, client=None,
           **cluster) -> GraphResult:
-    """A synthetic graph (degree-corrected block model; see ``prep synth --help``) at ``out``.
-    A task holds one chunk."""
-    from .synth import SynthSpec
+    """A synthetic graph at ``out`` (see ``prep synth --help``); a task holds one chunk.
+
+    ``generator="planted"``: degree-corrected block model of ``nodes`` (default 20,000) and
+    ``edges`` (200,000), ``homophily`` 0.8, ``exponent`` 2.5. ``generator="rmat"``: Graph500
+    R-MAT of ``2**scale`` nodes (``scale`` 14) and ``edge_factor * 2**scale`` edges (16),
+    initiator ``rmat_abc`` (0.57, 0.19, 0.19). None means that default; giving an option of
+    the other generator raises ``FormatError``."""
+    from .synth import make_spec
     from .synth_job import run_synth
 
     if len(split) != 3:
         raise FormatError("split needs three fractions (train, val, test)", field="--split")
-    try:
-        spec = SynthSpec(nodes, edges, hetero, num_classes, feat_dim, seed, homophily, exponent,
-                         feat_signal, tuple(float(x) for x in split))
-    except ValueError as err:
-        raise FormatError(str(err), field="synth options") from None
+    spec = make_spec(generator, nodes=nodes, edges=edges, hetero=hetero,
+                     num_classes=num_classes, feat_dim=feat_dim, homophily=homophily,
+                     exponent=exponent, scale=scale, edge_factor=edge_factor,
+                     rmat_abc=rmat_abc, feat_signal=feat_signal,
+                     split=tuple(float(x) for x in split), seed=seed)
     out = _abs(out)
     graph = run_synth(spec, out, chunk_size, cluster_options(client, **cluster), overwrite)
     return _graph_result(out, graph)

@@ -10,6 +10,8 @@ from formats import load_chunked_graph, validate_chunked_graph
 from formats.cli_types import FiniteFloat
 from formats.validate import NAN_POLICIES
 from . import api
+from .rmat import MAX_SCALE
+from .synth import GENERATORS, PLANTED_DEFAULTS, RMAT_DEFAULTS
 from .cli import cluster_options, local_path, prep
 from .cluster import ClusterOptions, TaskRunner, dask_client
 
@@ -37,18 +39,43 @@ nan_option = click.option(
 
 @prep.command()
 @click.argument("out", type=click.Path(file_okay=False), callback=local_path)
-@click.option("--nodes", type=click.IntRange(2), default=20_000, help="Total nodes.")
-@click.option("--edges", type=click.IntRange(1), default=200_000, help="Total directed edges.")
+@click.option("--generator", type=click.Choice(GENERATORS), default="planted",
+              help="planted: degree-corrected block model with planted communities (the "
+                   "labels), sized by --nodes/--edges. rmat: Graph500's Kronecker/R-MAT "
+                   "generator, sized by --scale/--edge-factor: no communities, many isolated "
+                   "nodes, a few huge hubs -- the hard case for partitioners.")
+@click.option("--nodes", type=click.IntRange(2), default=PLANTED_DEFAULTS["nodes"],
+              help="Total nodes (planted only).")
+@click.option("--edges", type=click.IntRange(1), default=PLANTED_DEFAULTS["edges"],
+              help="Total directed edges (planted only).")
 @click.option("--hetero", is_flag=True,
               help="ogbn-mag-shaped graph: paper/author/institution/field_of_study with "
-                   "cites/writes/affiliated_with/has_topic (totals split in MAG's proportions).")
+                   "cites/writes/affiliated_with/has_topic (totals split in MAG's proportions; "
+                   "planted only).")
 @click.option("--num-classes", type=click.IntRange(1), default=8,
-              help="Classes = planted communities.")
+              help="Classes. planted: the planted communities. rmat: class floor(C * i / "
+                   "2^scale) of the node's R-MAT index i (its top bits before the ID "
+                   "permutation; these classes differ in degree, and R-MAT has no "
+                   "communities, so the features carry most of the signal).")
 @click.option("--feat-dim", type=click.IntRange(1), default=32, help="Node feature width.")
-@click.option("--homophily", type=FiniteFloat(0, 1), default=0.8,
-              help="Fraction of edges drawn inside the source's community.")
-@click.option("--exponent", type=FiniteFloat(1, min_open=True), default=2.5,
-              help="Power-law exponent of the degree distribution.")
+@click.option("--homophily", type=FiniteFloat(0, 1), default=PLANTED_DEFAULTS["homophily"],
+              help="Fraction of edges drawn inside the source's community (planted only).")
+@click.option("--exponent", type=FiniteFloat(1, min_open=True),
+              default=PLANTED_DEFAULTS["exponent"],
+              help="Power-law exponent of the degree distribution (planted only).")
+@click.option("--scale", type=click.IntRange(1, MAX_SCALE), default=RMAT_DEFAULTS["scale"],
+              help="rmat only: 2^SCALE nodes (Graph500's SCALE).")
+@click.option("--edge-factor", type=click.IntRange(1), default=RMAT_DEFAULTS["edge_factor"],
+              help="rmat only: EDGE_FACTOR * 2^SCALE directed edges (Graph500's edgefactor). "
+                   "Self-loops and repeated edges are kept, as Graph500 generates them "
+                   "(at scale 20, edge factor 16: 4.1% of edges repeat an earlier one, "
+                   "0.007% are self-loops; at scale 14: 13% and 0.13%); 'prep chunk OUT OUT2 "
+                   "--from dgl --dedupe --drop-self-loops' removes them.")
+@click.option("--rmat-abc", default=",".join(map(str, RMAT_DEFAULTS["rmat_abc"])),
+              metavar="A,B,C",
+              help="rmat only: initiator probabilities of the four quadrants a (both ends' "
+                   "bit 0), b, c and d = 1-a-b-c (both 1), Graph500's; finite, > 0, "
+                   "a+b+c < 1.")
 @click.option("--feat-signal", type=FiniteFloat(0), default=0.35,
               help="Scale of the class mean added to N(0,1) features (per-node signal).")
 @click.option("--split", default="0.6,0.2,0.2", help="train,val,test fractions.")
@@ -56,11 +83,15 @@ nan_option = click.option(
 @chunk_size_option
 @overwrite_option
 @cluster_options
-def synth(out, nodes, edges, hetero, num_classes, feat_dim, homophily, exponent, feat_signal,
-          split, seed, chunk_size, overwrite, cluster: ClusterOptions):
+@click.pass_context
+def synth(ctx, out, generator, nodes, edges, hetero, num_classes, feat_dim, homophily, exponent,
+          scale, edge_factor, rmat_abc, feat_signal, split, seed, chunk_size, overwrite,
+          cluster: ClusterOptions):
     """Generate a synthetic graph into the chunked format at OUT.
 
-    Degree-corrected block model: power-law degrees, planted communities that are the labels,
+    planted (default): degree-corrected block model: power-law degrees, planted communities
+    that are the labels. rmat: Graph500's R-MAT (a, b, c = 0.57, 0.19, 0.19), node IDs
+    permuted with the seed so hubs are spread; see --num-classes for its labels. Both:
     features = class signal + noise, random train/val/test masks. Byte-identical for any
     number of workers; the same edges for any --chunk-size. Each task holds one chunk.
     """
@@ -69,12 +100,22 @@ def synth(out, nodes, edges, hetero, num_classes, feat_dim, homophily, exponent,
     except click.BadParameter:
         raise click.BadParameter(f"{split!r}: three fractions in [0, 1], e.g. 0.6,0.2,0.2",
                                  param_hint="--split") from None
-    result = api.synth(out, nodes=nodes, edges=edges, hetero=hetero, num_classes=num_classes,
-                       feat_dim=feat_dim, homophily=homophily, exponent=exponent,
-                       feat_signal=feat_signal, split=fractions, seed=seed,
-                       chunk_size=chunk_size, overwrite=overwrite, **_on(cluster))
+    given = {name: value if _given(ctx, name) else None for name, value in
+             (("nodes", nodes), ("edges", edges), ("homophily", homophily),
+              ("exponent", exponent), ("scale", scale), ("edge_factor", edge_factor),
+              ("rmat_abc", rmat_abc))}
+    result = api.synth(out, generator=generator, hetero=hetero, num_classes=num_classes,
+                       feat_dim=feat_dim, feat_signal=feat_signal, split=fractions, seed=seed,
+                       chunk_size=chunk_size, overwrite=overwrite, **given, **_on(cluster))
     if not result.reused:
         click.echo(_summary(result.graph))
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    """Whether option ``name`` was set by the user (command line or environment)."""
+    from click.core import ParameterSource
+    return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT,
+                                                  ParameterSource.DEFAULT_MAP)
 
 
 @prep.command()

@@ -11,10 +11,14 @@ neighbours are averaged: a GNN beats an MLP), masks are random per node.
 Everything is generated per fixed-size *block* of rows from ``default_rng([seed, ...,
 block])``, and a chunk is the slice of the blocks it overlaps: the output is the same for any
 number of workers and any chunk size, and a task holds one chunk. Nothing is O(N) in memory.
+
+``generator="rmat"`` swaps the edges for Graph500's R-MAT (:mod:`pipeline.rmat`) and the labels
+for a function of each node's R-MAT index; blocks, chunks, features and masks are the same.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -23,10 +27,12 @@ import numpy as np
 
 from formats import ChunkedGraph, ChunkFiles, EdgeType, even_chunks
 from formats.output import write_array_chunk, write_edge_chunk
+from . import rmat
 
 EDGE_BLOCK = 1 << 16
 NODE_BLOCK = 1 << 14
 SPLITS = ("train_mask", "val_mask", "test_mask")
+GENERATORS = ("planted", "rmat")
 
 HOMO_NODE = "_N"
 HOMO_EDGE = EdgeType("_N", "_E", "_N")
@@ -54,8 +60,42 @@ class SynthSpec:
     exponent: float = 2.5
     feat_signal: float = 0.35
     split: tuple[float, float, float] = (0.6, 0.2, 0.2)
+    generator: str = "planted"
+    rmat_abc: tuple[float, float, float] = rmat.GRAPH500_ABC
+
+    @classmethod
+    def rmat(cls, scale: int, edge_factor: int, **kw) -> "SynthSpec":
+        """An R-MAT spec: ``2^scale`` nodes, ``edge_factor * 2^scale`` edges."""
+        if not 1 <= scale <= rmat.MAX_SCALE or edge_factor < 1:
+            raise ValueError(f"scale must be in [1, {rmat.MAX_SCALE}] and edge_factor >= 1")
+        return cls(1 << scale, edge_factor << scale, generator="rmat", **kw)
+
+    @property
+    def scale(self) -> int:
+        return self.num_nodes.bit_length() - 1
+
+    @property
+    def edge_factor(self) -> int:
+        return self.num_edges // self.num_nodes
+
+    def manifest_options(self) -> dict:
+        """The options the manifest records (no seed: it has its own key). The planted
+        generator's are what they were before R-MAT existed, so older outputs stay up to
+        date; R-MAT's name the generator and its parameters, not the planted-only knobs."""
+        options = dataclasses.asdict(self)
+        del options["seed"], options["generator"], options["rmat_abc"]
+        if self.generator == "planted":
+            return options
+        for planted_only in ("hetero", "homophily", "exponent"):
+            del options[planted_only]
+        return {"generator": "rmat", "scale": self.scale, "edge_factor": self.edge_factor,
+                "rmat_abc": list(self.rmat_abc), **options}
 
     def __post_init__(self):
+        if self.generator not in GENERATORS:
+            raise ValueError(f"generator {self.generator!r}: expected one of {GENERATORS}")
+        if self.generator == "rmat":
+            self._check_rmat()
         if not 1 < self.exponent:
             raise ValueError("exponent must be > 1")
         if not 0 <= self.homophily <= 1:
@@ -68,7 +108,20 @@ class SynthSpec:
         if not 0 <= self.feat_signal < float("inf"):
             raise ValueError(f"feat_signal {self.feat_signal} must be finite and >= 0")
         if min(self.node_counts().values()) < 2 * self.num_classes:
-            raise ValueError("every node type needs >= 2 * num_classes nodes; raise --nodes")
+            raise ValueError("every node type needs >= 2 * num_classes nodes; raise "
+                             + ("--scale" if self.generator == "rmat" else "--nodes"))
+
+    def _check_rmat(self) -> None:
+        n = self.num_nodes
+        if n < 2 or n & (n - 1) or self.num_edges % n or self.scale > rmat.MAX_SCALE:
+            raise ValueError(f"R-MAT needs 2^scale nodes (scale <= {rmat.MAX_SCALE}) and "
+                             "edge_factor * 2^scale edges")
+        if self.hetero:
+            raise ValueError("--hetero is for the planted generator; R-MAT is homogeneous")
+        object.__setattr__(self, "rmat_abc", rmat.check_abc(self.rmat_abc))
+        if self.num_classes.bit_length() + self.scale > 64:
+            raise ValueError(f"num_classes must be below 2^{64 - self.scale} at scale "
+                             f"{self.scale}")
 
     @property
     def node_types(self) -> tuple[str, ...]:
@@ -91,6 +144,55 @@ class SynthSpec:
         if not self.hetero:
             return {HOMO_EDGE: self.num_edges}
         return _shares(MAG_EDGES, self.num_edges)
+
+
+PLANTED_DEFAULTS = {"nodes": 20_000, "edges": 200_000, "homophily": 0.8, "exponent": 2.5}
+RMAT_DEFAULTS = {"scale": 14, "edge_factor": 16, "rmat_abc": rmat.GRAPH500_ABC}
+
+
+def make_spec(generator: str = "planted", *, hetero: bool = False, **options) -> SynthSpec:
+    """The spec of ``prep synth``'s options. ``nodes``, ``edges``, ``homophily``, ``exponent``
+    (planted) and ``scale``, ``edge_factor``, ``rmat_abc`` (rmat): None means the generator's
+    default; one of the other generator's given is refused (``FormatError`` naming it), as is
+    anything ``SynthSpec`` refuses. The rest (``num_classes``, ...) go to ``SynthSpec``."""
+    from formats import FormatError
+
+    if generator not in GENERATORS:
+        raise FormatError(f"{generator!r}: expected one of {', '.join(GENERATORS)}",
+                          field="--generator")
+    own, other = ((PLANTED_DEFAULTS, RMAT_DEFAULTS) if generator == "planted" else
+                  (RMAT_DEFAULTS, PLANTED_DEFAULTS))
+    mixed = [k for k in other if options.get(k) is not None]
+    mixed += ["hetero"] if hetero and generator == "rmat" else []
+    if mixed:
+        names = ", ".join("--" + k.replace("_", "-") for k in mixed)
+        owner, sizes = (("rmat", "--nodes and --edges") if generator == "planted" else
+                        ("planted", "--scale and --edge-factor"))
+        raise FormatError(f"{names} {'is' if len(mixed) == 1 else 'are'} for --generator "
+                          f"{owner} only; --generator {generator} is sized by {sizes}")
+    given = {k: options.pop(k, None) for k in (*own, *other)}
+    sized = {k: default if given[k] is None else given[k] for k, default in own.items()}
+    if generator == "rmat":
+        try:
+            sized["rmat_abc"] = rmat.check_abc(_floats(sized["rmat_abc"]))
+        except ValueError as err:
+            raise FormatError(str(err), field="--rmat-abc") from None
+    try:
+        if generator == "rmat":
+            return SynthSpec.rmat(sized["scale"], sized["edge_factor"],
+                                  rmat_abc=sized["rmat_abc"], **options)
+        return SynthSpec(sized["nodes"], sized["edges"], hetero, homophily=sized["homophily"],
+                         exponent=sized["exponent"], **options)
+    except ValueError as err:
+        raise FormatError(str(err), field="synth options") from None
+
+
+def _floats(values) -> tuple:
+    """A sequence of numbers, or a comma-separated string of them, as a tuple of floats."""
+    try:
+        return tuple(float(x) for x in (values.split(",") if isinstance(values, str) else values))
+    except (TypeError, ValueError):
+        raise ValueError(f"{values!r}: expected three numbers a,b,c") from None
 
 
 def _shares(weights: dict, total: int) -> dict:
@@ -154,7 +256,18 @@ def _same_community(rank: np.ndarray, community: np.ndarray, n: int, k: int) -> 
 
 # ------------------------------------------------------------------ blocks
 
+def _rmat_edge_block(spec: SynthSpec, block: int) -> tuple[np.ndarray, np.ndarray]:
+    start = block * EDGE_BLOCK
+    size = min(EDGE_BLOCK, spec.num_edges - start)
+    rng = np.random.default_rng([spec.seed, 4, block])
+    src, dst = rmat.rmat_indices(rng, size, spec.scale, spec.rmat_abc)
+    perm = rmat.permutation(spec.scale, spec.seed)
+    return perm(src), perm(dst)
+
+
 def _edge_block(spec: SynthSpec, e: int, block: int) -> tuple[np.ndarray, np.ndarray]:
+    if spec.generator == "rmat":
+        return _rmat_edge_block(spec, block)
     et = spec.edge_types[e]
     counts = spec.node_counts()
     ns, nd, k = counts[et.src], counts[et.dst], spec.num_classes
@@ -195,7 +308,10 @@ def _fill_node_block(spec: SynthSpec, block: int, means: np.ndarray, out: dict, 
     n = spec.node_counts()[spec.labeled_type]
     b0, b1 = block * NODE_BLOCK, min((block + 1) * NODE_BLOCK, n)
     ids = np.arange(b0, b1, dtype=np.int64)
-    label = RankPermutation.for_type(n, spec.seed, t).to_rank(ids) % spec.num_classes
+    if spec.generator == "rmat":
+        label = rmat.rmat_labels(ids, spec.scale, spec.seed, spec.num_classes)
+    else:
+        label = RankPermutation.for_type(n, spec.seed, t).to_rank(ids) % spec.num_classes
     rng = np.random.default_rng([spec.seed, 1, t, block])
     feat = rng.standard_normal((len(ids), spec.feat_dim), dtype=np.float32)
     feat += np.float32(spec.feat_signal) * means[label]
@@ -274,6 +390,12 @@ def write_synth_chunk(task: EdgeChunkTask | NodeChunkTask) -> int:
     return write_edge_chunk_task(task)
 
 
+def graph_name(spec: SynthSpec) -> str:
+    if spec.generator == "rmat":
+        return "synth-rmat"
+    return "synth-mag" if spec.hetero else "synth"
+
+
 def plan(spec: SynthSpec, out: str, chunk_size: int):
     """The tasks and the resulting :class:`ChunkedGraph` metadata of a synth run."""
     edge_counts, node_counts = spec.edge_counts(), spec.node_counts()
@@ -291,7 +413,7 @@ def plan(spec: SynthSpec, out: str, chunk_size: int):
                   for i in range(len(node_chunks[lt]))]
     names = ("feat", "label", *SPLITS)
     graph = ChunkedGraph(
-        root=out, graph_name="synth-mag" if spec.hetero else "synth",
+        root=out, graph_name=graph_name(spec),
         node_types=spec.node_types, num_nodes=node_counts, node_chunks=node_chunks,
         edge_types=spec.edge_types, edge_chunks=edge_chunks,
         edges={et: ChunkFiles("parquet", tuple(edge_path(et, i) for i in range(len(c))))

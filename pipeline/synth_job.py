@@ -20,7 +20,7 @@ def run_synth(spec: SynthSpec, out: str, chunk_size: int, cluster: ClusterOption
 
     Each task generates and writes one chunk; the client holds only metadata.
     """
-    options = {k: v for k, v in dataclasses.asdict(spec).items() if k != "seed"}
+    options = spec.manifest_options()
     options["chunk_size"] = chunk_size
     manifest = make_manifest("synth", {}, options, spec.seed)
     with guarded_output(out, ()):

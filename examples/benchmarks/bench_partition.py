@@ -1,6 +1,7 @@
 """Benchmark of prep partition; prints one JSON object.
 
-On a synth graph of 10^7 edges (``--edges`` to change), for P = 2, 4, 8: time, worker peak
+On a synth graph of 10^7 edges (``--edges`` to change; ``--graph rmat``: Graph500's R-MAT of
+about that many edges, ``--scale``/``--edge-factor`` to fix it), for P = 2, 4, 8: time, worker peak
 RSS (exact: the kernel's high-water mark), worker peak anonymous memory and peak file-backed
 resident pages (memory-mapped files; both sampled from /proc/self/smaps_rollup at 20 Hz, so a
 spike shorter than 50 ms can be missed) and edge cut of ``--method random``, ``--method metis``
@@ -25,14 +26,13 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import (fresh_cluster, run_baseline, sampled_peaks_mb,  # noqa: E402
-                    start_memory_sampler, timer, worker_peak_rss_mb)
+from common import (add_graph_options, fresh_cluster, graph_spec, run_baseline,  # noqa: E402
+                    sampled_peaks_mb, start_memory_sampler, timer, worker_peak_rss_mb)
 
 import psutil  # noqa: E402
 
 from pipeline.partition import PartitionOptions, run_partition  # noqa: E402
 from pipeline.partition.auto import choose  # noqa: E402
-from pipeline.synth import SynthSpec  # noqa: E402
 from pipeline.synth_job import run_synth  # noqa: E402
 
 DIRECT = """
@@ -99,14 +99,16 @@ def main():
                     help="multilevel budget (default: derived from memory)")
     ap.add_argument("--methods", default="random,metis,multilevel,forced,direct",
                     help="forced: multilevel with --coarse-edges max(10^4, edges/32)")
+    add_graph_options(ap)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench_partition_")
     try:
         graph = os.path.join(tmp, "graph")
-        spec = SynthSpec(num_nodes=args.edges // 10, num_edges=args.edges, feat_dim=8)
+        spec = graph_spec(args, args.edges, feat_dim=8, scale=args.scale)
         with fresh_cluster() as (opts, _):
             run_synth(spec, graph, 1 << 20, opts)
-        result = {"graph": {"nodes": spec.num_nodes, "edges": spec.num_edges}, "runs": {}}
+        result = {"graph": {"generator": spec.generator, "nodes": spec.num_nodes,
+                            "edges": spec.num_edges}, "runs": {}}
         # The embedded cluster's default worker limit: the machine's memory over 2 workers.
         fits = choose(spec.num_edges, psutil.virtual_memory().total // 2)
         metis_fits = fits.method == "metis"

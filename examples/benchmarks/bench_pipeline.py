@@ -1,10 +1,12 @@
 """Benchmark of the whole preparation pipeline; prints one JSON object.
 
 synth (the chunk step) -> partition (--method, default random; 4 parts) -> dispatch -> verify on
-a synth graph of 10^7 edges (and 10^8 with --large; only 10^9 with --huge): seconds, edges/s
-per step, peak RSS per worker (fresh workers per step), disk used (and the peak of each step's
-writes, intermediate files included), output size. Baseline in the same run: an in-memory single-process route
-(load all edges and node data, numpy argsort relabel, write the same part files).
+a synth graph of 10^7 edges (and 10^8 with --large; only 10^9 with --huge; ``--graph rmat``:
+Graph500's R-MAT of about as many edges, ``--scale``/``--edge-factor`` to fix the first):
+seconds, edges/s per step, peak RSS per worker (fresh workers per step), disk used (and the peak
+of each step's writes, intermediate files included), output size. Baseline in the same run: an
+in-memory single-process route (load all edges and node data, numpy argsort relabel, write the
+same part files).
 """
 
 from __future__ import annotations
@@ -18,13 +20,12 @@ import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import (fresh_cluster, run_baseline, sampled_peaks_mb, start_memory_sampler,  # noqa: E402
-                    timer, worker_peak_rss_mb)
+from common import (add_graph_options, fresh_cluster, graph_spec, run_baseline,  # noqa: E402
+                    sampled_peaks_mb, start_memory_sampler, timer, worker_peak_rss_mb)
 
 from dispatch.job import run_dispatch  # noqa: E402
 from dispatch.verify import run_verify  # noqa: E402
 from pipeline.partition import PartitionOptions, run_partition  # noqa: E402
-from pipeline.synth import SynthSpec  # noqa: E402
 from pipeline.synth_job import run_synth  # noqa: E402
 
 IN_MEMORY = """
@@ -124,14 +125,15 @@ def step(name, edges, fn, disk_of: str):
     return row
 
 
-def pipeline(tmp: str, edges: int, parts: int, method: str = "random",
+def pipeline(tmp: str, spec, parts: int, method: str = "random",
              baseline: bool = True) -> dict:
-    """synth -> partition (``method``) -> dispatch -> verify at ``edges`` edges, each step on
-    fresh workers; disk used after each step. ``baseline``: also the in-memory route (it holds
-    every edge: skip it where that does not fit in memory)."""
+    """synth (``spec``) -> partition (``method``) -> dispatch -> verify, each step on fresh
+    workers; disk used after each step. ``baseline``: also the in-memory route (it holds every
+    edge: skip it where that does not fit in memory)."""
     g, a, d = (os.path.join(tmp, x) for x in ("graph", "assign", "parts"))
-    spec = SynthSpec(num_nodes=edges // 10, num_edges=edges, feat_dim=16)
-    res = {"edges": edges, "nodes": spec.num_nodes, "parts": parts, "method": method}
+    edges = spec.num_edges
+    res = {"generator": spec.generator, "edges": edges, "nodes": spec.num_nodes,
+           "parts": parts, "method": method}
     res["synth"] = step("synth", edges, lambda o: run_synth(spec, g, 1 << 20, o), tmp)
     res["synth"]["disk_mb"] = round(du(g) / 2**20)
     res[f"partition_{method}"] = step("partition", edges, lambda o: run_partition(
@@ -166,15 +168,19 @@ def main():
                          "~40 GB); needs ~60 GB of free disk")
     ap.add_argument("--parts", type=int, default=4)
     ap.add_argument("--method", default="random", help="partition method")
+    add_graph_options(ap)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench_pipeline_", dir=os.getcwd())
     try:
         if args.huge:
-            result = {"huge": pipeline(tmp, 10**9, args.parts, args.method, baseline=False)}
+            result = {"huge": pipeline(tmp, graph_spec(args, 10**9, 16, args.scale), args.parts,
+                                       args.method, baseline=False)}
         else:
-            result = {"small": pipeline(tmp, args.edges, args.parts, args.method)}
+            result = {"small": pipeline(tmp, graph_spec(args, args.edges, 16, args.scale),
+                                        args.parts, args.method)}
         if args.large and not args.huge:
-            result["large"] = pipeline(tmp, 10 * args.edges, args.parts, args.method)
+            result["large"] = pipeline(tmp, graph_spec(args, 10 * args.edges, 16), args.parts,
+                                       args.method)
             result["rss_growth"] = round(result["large"]["max_worker_peak_rss_mb"]
                                          / result["small"]["max_worker_peak_rss_mb"], 3)
         print(json.dumps(result, indent=2))

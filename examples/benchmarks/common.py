@@ -119,3 +119,29 @@ def partitioned_synth(workdir: str, edges: int, parts: tuple[int, ...], feat_dim
             run_dispatch(graph, assignment, dispatched, options)
             out[p] = os.path.join(dispatched, "graph.json")
     return out
+
+
+def add_graph_options(ap) -> None:
+    """``--graph planted|rmat`` and R-MAT's size options, for :func:`graph_spec`."""
+    ap.add_argument("--graph", choices=("planted", "rmat"), default="planted",
+                    help="planted: prep synth's block model (edges/10 nodes, 8 planted "
+                         "communities); rmat: Graph500's R-MAT (prep synth --generator rmat), "
+                         "the hard power-law case")
+    ap.add_argument("--scale", type=int, default=None,
+                    help="rmat: 2^SCALE nodes (default: the scale whose EDGE_FACTOR * 2^SCALE "
+                         "is nearest --edges, e.g. 19 for 10^7: 8.4*10^6 edges)")
+    ap.add_argument("--edge-factor", type=int, default=16, help="rmat: edges per node")
+
+
+def graph_spec(args, edges: int, feat_dim: int, scale: int | None = None):
+    """The ``SynthSpec`` of ``--graph`` at about ``edges`` edges (exactly, for planted);
+    ``scale`` overrides the derived R-MAT scale."""
+    import math
+
+    from pipeline.synth import SynthSpec
+
+    if args.graph == "rmat":
+        if scale is None:
+            scale = max(1, round(math.log2(edges / args.edge_factor)))
+        return SynthSpec.rmat(scale, args.edge_factor, feat_dim=feat_dim)
+    return SynthSpec(num_nodes=edges // 10, num_edges=edges, feat_dim=feat_dim)

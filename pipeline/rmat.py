@@ -13,9 +13,9 @@ Labels: class ``floor(C * i / 2^scale)`` of the node's R-MAT index ``i`` -- its 
 the permutation (for a power-of-two ``C``, exactly the top ``log2 C`` bits). With Graph500's
 initiator the bits of an edge's two ends are nearly independent (``a*d`` ~ ``b*c``), so R-MAT has
 no communities to label and no labelling of it is homophilous; these classes differ in degree
-(class 0's nodes, the indices with leading 0-bits, are the hubs; the last class is mostly
-isolated), which a GNN sees and an MLP does not, and the features carry the rest like the
-planted graph's (``signal * class_mean + N(0, 1)``).
+(class 0's nodes, the indices with leading 0-bits, are the hubs; half of the last class's
+nodes are isolated), and the features carry the signal like the planted graph's
+(``signal * class_mean + N(0, 1)``).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ class SynthSpec:
     rmat_abc: tuple[float, float, float] = rmat.GRAPH500_ABC
 
     @classmethod
-    def rmat(cls, scale: int, edge_factor: int, **kw) -> "SynthSpec":
+    def from_scale(cls, scale: int, edge_factor: int, **kw) -> "SynthSpec":
         """An R-MAT spec: ``2^scale`` nodes, ``edge_factor * 2^scale`` edges."""
         if not 1 <= scale <= rmat.MAX_SCALE or edge_factor < 1:
             raise ValueError(f"scale must be in [1, {rmat.MAX_SCALE}] and edge_factor >= 1")
@@ -179,8 +179,8 @@ def make_spec(generator: str = "planted", *, hetero: bool = False, **options) ->
             raise FormatError(str(err), field="--rmat-abc") from None
     try:
         if generator == "rmat":
-            return SynthSpec.rmat(sized["scale"], sized["edge_factor"],
-                                  rmat_abc=sized["rmat_abc"], **options)
+            return SynthSpec.from_scale(sized["scale"], sized["edge_factor"],
+                                        rmat_abc=sized["rmat_abc"], **options)
         return SynthSpec(sized["nodes"], sized["edges"], hetero, homophily=sized["homophily"],
                          exponent=sized["exponent"], **options)
     except ValueError as err:

@@ -143,5 +143,5 @@ def graph_spec(args, edges: int, feat_dim: int, scale: int | None = None):
     if args.graph == "rmat":
         if scale is None:
             scale = max(1, round(math.log2(edges / args.edge_factor)))
-        return SynthSpec.rmat(scale, args.edge_factor, feat_dim=feat_dim)
+        return SynthSpec.from_scale(scale, args.edge_factor, feat_dim=feat_dim)
     return SynthSpec(num_nodes=edges // 10, num_edges=edges, feat_dim=feat_dim)

@@ -69,7 +69,7 @@ nan_option = click.option(
               help="rmat only: EDGE_FACTOR * 2^SCALE directed edges (Graph500's edgefactor). "
                    "Self-loops and repeated edges are kept, as Graph500 generates them "
                    "(at scale 20, edge factor 16: 4.1% of edges repeat an earlier one, "
-                   "0.007% are self-loops; at scale 14: 13% and 0.13%); 'prep chunk OUT OUT2 "
+                   "0.007% are self-loops; at scale 14: 13% and 0.12%); 'prep chunk OUT OUT2 "
                    "--from dgl --dedupe --drop-self-loops' removes them.")
 @click.option("--rmat-abc", default=",".join(map(str, RMAT_DEFAULTS["rmat_abc"])),
               metavar="A,B,C",

@@ -4,7 +4,7 @@ A collective or RPC that times out only knows that *someone* did not answer (glo
 waiting 15000ms for recv operation"). To name the one, each rank publishes who it is in the
 job's store at start (``health/who/<rank>``: host name, address, pid) and, once the groups are
 up, a daemon thread beats once a second (``health/hb/<rank>``: a counter and this rank's step)
-and reads every rank's beat in the same request, noting on this rank's own clock when each one
+and reads every rank's beat (one more request), noting on this rank's own clock when each one
 last changed. A frozen host (SIGSTOP, a hung machine, a cut link: sockets stay open, nothing
 is closed) stops beating; a rank that is alive but stuck keeps beating and says where it is.
 

@@ -5,7 +5,8 @@ commands are the README's "Run on a cluster" walkthrough. Checked: the pipeline 
 scheduler with parts delivered per host and verified where they lie; a worker restarting
 during dispatch; TLS (refusals included) giving the same bytes; torchrun on both hosts with no
 interface variables reproducing a local run while every rank listens on its host's address
-only; and the loss of host B mid-epoch ending host A's job in bounded time, naming the host.
+only; the loss of host B mid-epoch ending host A's job in bounded time, naming the host; and
+host B frozen mid-epoch (SIGSTOP) named by host A in one line with the step it waited in.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -275,6 +278,74 @@ def test_losing_host_b_mid_epoch_ends_host_a_naming_it(hosts, dispatched):
             if "trainer" in " ".join(p.cmdline())]
     assert not left, [p.cmdline() for p in left]
     print(f"host B lost: host A's job exited {code} after {took:.1f} s "
+          f"(--rpc-timeout {timeout} s)")
+
+
+def _ns_pid(pid: int) -> int:
+    """``pid`` as its own host sees it (the innermost PID namespace's number)."""
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("NSpid:")).split()[-1])
+
+
+def test_frozen_host_b_is_named_in_one_line_with_the_step_host_a_waited_in(hosts,
+                                                                          dispatched):
+    """Host B frozen (SIGSTOP: its sockets stay open, as on a hung machine or a dropped link):
+    host A's rank times out after --rpc-timeout and says, in one line, which rank and host did
+    not answer and where it was waiting; no traceback without -v."""
+    tmp, _ = dispatched
+    graph = tmp / "D" / "graph.json"
+    timeout = 10
+    args = ("--fanouts", "5,5", "--batch-size", 16, "--epochs", 50, "--threads", 1,
+            "--no-progress", "--rpc-timeout", timeout, "--eval-batch-size", 64)
+    procs = [torchrun(h, hosts, graph, r, tmp, *args, name="frozen", port=29520)
+             for r, h in enumerate((hosts.a, hosts.b))]
+    log_a = tmp / "frozen-0.log"
+    frozen = []
+    try:
+        deadline = time.monotonic() + 120
+        while "epoch 1:" not in log_a.read_text():
+            assert all(p.poll() is None for p in procs) and time.monotonic() < deadline, \
+                log_a.read_text()[-3000:] + (tmp / "frozen-1.log").read_text()[-3000:]
+            time.sleep(0.1)
+        time.sleep(0.5)                                            # well into epoch 2
+        # every process of host B's job (torchrun's agent and the rank): frozen, not gone
+        frozen = [psutil.Process(procs[1].pid), *psutil.Process(procs[1].pid).children(
+            recursive=True)]
+        ranks_b = _ranks(procs[1])
+        assert ranks_b, [p.cmdline() for p in frozen]
+        stopped = time.monotonic()
+        for p in frozen:
+            p.send_signal(signal.SIGSTOP)
+        code = procs[0].wait(timeout=timeout + 60)
+        took = time.monotonic() - stopped
+        text = log_a.read_text()
+        assert code != 0, text[-3000:]
+        assert took < timeout + 8, (took, text[-3000:])
+        # what the rank said (torchrun's agent adds its own summary, with a traceback of its
+        # own ChildFailedError, after the rank has exited)
+        own = [line for line in text.splitlines() if line.startswith("20")
+               and "] ERROR trainer:" in line]
+        named = [line for line in own if re.search(
+            rf"\[rank 0\] ERROR trainer: rank 0: no answer from rank 1 \(host "
+            rf"{re.escape(socket.gethostname())} at {re.escape(hosts.b.address)}, pid "
+            rf"{_ns_pid(ranks_b[0].pid)}\) within --rpc-timeout {timeout} s while waiting "
+            r"in the [a-z /-]+ of epoch \d+( batch \d+)?$", line)]
+        assert len(named) == 1 and own == named, text[-5000:]
+        rank_output = text.split("] failed (exitcode:")[0]       # torchrun's agent from there
+        for noise in ("Traceback", "Timed out", "ran for more than set timeout"):
+            assert noise not in rank_output, rank_output[-5000:]
+        # torchrun's summary shows the rank's line instead of "To enable traceback see"
+        assert f"traceback : {named[0].split('ERROR trainer: ')[1]}" in text, text[-3000:]
+    finally:
+        for p in frozen:
+            try:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        hosts.b.kill(procs[1])
+        hosts.a.kill(procs[0])
+    print(f"host B frozen: host A's job exited {code} after {took:.1f} s "
           f"(--rpc-timeout {timeout} s)")
 
 

@@ -13,6 +13,7 @@ exits 1 naming rank, part and file.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -163,7 +164,7 @@ def main(graph, threads, verbose, iface, **options):
         code = launch_local(sys.argv[1:], world)
         remove_partials(cfg)
         sys.exit(code)
-    _run_as_rank(cfg, meta, int(rank), threads, iface)
+    _run_as_rank(cfg, meta, int(rank), threads, iface, verbose)
 
 
 def start_command(graph: str, verbose: bool):
@@ -230,10 +231,13 @@ def _check_data(meta, p: int, rank: int, verify_data: bool) -> None:
 
 
 def run_as_rank(work, meta, *, rank: int, part: int, device: str, iface: str | None,
-                threads: int, verify_data: bool, rpc_timeout: float):
+                threads: int, verify_data: bool, rpc_timeout: float, verbose: bool = False):
     """Run ``work()`` as this rank: watch the launcher, pick the network interface and GPU,
     check the part (exit 1 naming it), then torch. Any failure of ``work`` ends the rank with
-    one logged line (tracebacks for unexpected errors) and exit 1. Returns what ``work``
+    one logged line (tracebacks for unexpected errors) and exit 1. A collective or RPC that
+    timed out is one line naming the ranks that went silent and the step this rank waited in
+    (``trainer.health``; the traceback only with ``verbose``). Under torchrun the line also
+    replaces "To enable traceback see ..." in its failure summary. Returns what ``work``
     returns."""
     from .launch import watch_launcher
     watch_launcher(rank)
@@ -247,13 +251,32 @@ def run_as_rank(work, meta, *, rank: int, part: int, device: str, iface: str | N
     try:
         return work()
     except BaseException as err:  # noqa: BLE001 - any failure ends the rank, loudly
-        detail = traceback.format_exc() if not isinstance(err, ValueError) else ""
-        if "timeout" in str(err).lower():
-            detail += (f"\nrank {rank}: a collective or RPC got no answer within "
-                       f"--rpc-timeout {rpc_timeout:g} s: another rank is stuck or gone")
-        log.error("rank %d failed: %s: %s\n%s", rank, type(err).__name__, err, detail)
+        from .health import is_timeout, timeout_message
+        if is_timeout(err):     # gloo's and RPC's own text names no peer: the heartbeats do
+            line = timeout_message(rank, rpc_timeout, err)
+            detail = traceback.format_exc() if verbose else ""
+        else:
+            line = f"rank {rank} failed: {type(err).__name__}: {err}"
+            detail = traceback.format_exc() if not isinstance(err, ValueError) else ""
+        log.error("%s%s", line, "\n" + detail if detail else "")
         sys.stderr.flush()
+        _tell_torchrun(line)
         os._exit(1)  # skip RPC shutdown: it would wait for the ranks this one is leaving
+
+
+def _tell_torchrun(line: str) -> None:
+    """Under torchrun: ``line`` into the rank's error file, so that the agent's failure
+    summary shows it (as its "traceback") instead of "To enable traceback see ..."."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    record = {"message": {"message": line, "extraInfo": {
+        "py_callstack": line, "timestamp": str(int(time.time()))}}}
+    try:
+        with open(path, "w") as f:
+            json.dump(record, f)
+    except OSError:
+        pass     # the log has the line already
 
 
 def _train(cfg) -> dict:
@@ -262,11 +285,12 @@ def _train(cfg) -> dict:
     return run_rank(cfg, RankEnv.from_env())
 
 
-def _run_as_rank(cfg, meta, rank: int, threads: int, iface: str | None) -> None:
+def _run_as_rank(cfg, meta, rank: int, threads: int, iface: str | None,
+                 verbose: bool) -> None:
     summary = run_as_rank(lambda: _train(cfg), meta, rank=rank,
                           part=rank // cfg.ranks_per_part, device=cfg.device, iface=iface,
                           threads=threads, verify_data=cfg.verify_data,
-                          rpc_timeout=cfg.rpc_timeout)
+                          rpc_timeout=cfg.rpc_timeout, verbose=verbose)
     if rank == 0 and cfg.task == "link":
         print(f"test AUC {summary['test_auc']:.4f} MRR {summary['test_mrr']:.4f} hits@50 "
               f"{summary['test_hits@50']:.4f} (epoch {summary['best_epoch']}, best validation "

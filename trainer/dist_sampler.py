@@ -204,7 +204,7 @@ class DistNeighborSampler:
                 answers[self.p] = self.server.sample(requests[self.p])
         start = time.perf_counter()
         for q, fut in remote.items():
-            answers[q] = self.transport.wait(q, fut)
+            answers[q] = self.transport.wait(q, fut, "sampling")
         self.breakdown.add("sample_remote", time.perf_counter() - start)
         return self._merge(nodes, by_owner, answers)
 

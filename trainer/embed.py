@@ -97,7 +97,8 @@ def main(graph, checkpoint, out, overwrite, batch_size, device, rpc_timeout, ifa
     run_as_rank(lambda: run_embed(graph, checkpoint, out, batch_size, device, rpc_timeout,
                                   show_progress(progress)),
                 meta, rank=int(rank), part=int(rank), device=device, iface=iface,
-                threads=threads, verify_data=verify_data, rpc_timeout=rpc_timeout)
+                threads=threads, verify_data=verify_data, rpc_timeout=rpc_timeout,
+                verbose=verbose)
 
 
 def _check_before_start(meta, checkpoint: str, out: str, overwrite: bool, device: str,
@@ -133,6 +134,7 @@ def run_embed(graph: str, checkpoint: str, out: str, batch_size: int, device: st
     from . import rendezvous
     from .checkpoint import embed_config
     from .config import TrainConfig
+    from .health import where
     from .train import build_model, join
 
     state = torch.load(checkpoint, map_location="cpu", weights_only=False)
@@ -149,6 +151,7 @@ def run_embed(graph: str, checkpoint: str, out: str, batch_size: int, device: st
                          f"features and classes ({first})") from None
     model.eval()
     partial = side_paths(out)[0]
+    where.at("the layer-wise inference")
     try:
         metrics, types = _infer_and_write(rank, cfg, model, batch_size, state, checkpoint,
                                           partial)
@@ -165,6 +168,7 @@ def run_embed(graph: str, checkpoint: str, out: str, batch_size: int, device: st
         print(f"wrote {out}: {', '.join(sorted(types))}; full-neighbor "
               f"{key} {metrics[key]:.4f} (sampled evaluation at epoch {epoch}: "
               f"{sampled:.4f})", flush=True)
+    where.at("the final barrier")
     dist.barrier()
     rendezvous.stop()
     return metrics

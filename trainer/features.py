@@ -138,7 +138,8 @@ class FeatureFetcher:
             remote = {q: self.transport.call(q, "rows", name, ask)
                       for q, ask in asks.items() if q != self.p}
             answers = {self.p: self.server.rows(name, asks[self.p])} if self.p in asks else {}
-            answers.update({q: self.transport.wait(q, fut) for q, fut in remote.items()})
+            answers.update({q: self.transport.wait(q, fut, "feature fetch")
+                            for q, fut in remote.items()})
             for q, answer in answers.items():
                 for t, rows in answer.items():
                     out[t][todo[t][by_owner[q][t]]] = rows

@@ -19,6 +19,7 @@ import torch
 
 from .dist_sampler import DistNeighborSampler, MiniBatch, mix_seed
 from .features import FeatureFetcher
+from .health import tag_batch
 from .partition import LocalPart
 
 
@@ -72,11 +73,13 @@ class NodeLoader:
             return False
 
         def produce():
+            i = 0
             try:
                 for i, seeds in enumerate(batches):
                     if not put(self.batch(epoch, i, seeds)):
                         return
             except BaseException as err:  # re-raised on the training thread
+                tag_batch(err, i)          # which is in another step by then
                 put(err)
 
         worker = threading.Thread(target=produce, name=f"loader-e{epoch}", daemon=True)

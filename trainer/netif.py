@@ -117,6 +117,15 @@ def configure(master_addr: str, *, multi_host: bool | None, iface: str | None = 
     return chosen
 
 
+def talk_address(master_addr: str) -> str:
+    """The IPv4 address this rank's process groups talk on: that of the interface in
+    ``GLOO_SOCKET_IFNAME`` (as :func:`configure` set it, or the user), else the routed source
+    address towards ``master_addr``. Names this rank to the others (trainer.health)."""
+    name = os.environ.get("GLOO_SOCKET_IFNAME", "").split(",")[0]
+    address = ipv4_interfaces().get(name) if name else None
+    return address or route_source(master_addr)
+
+
 def _is_loopback_name(host: str) -> bool:
     """Whether ``host`` names this host's loopback by itself (``127.0.0.1``, ``localhost``), as
     opposed to a host name that merely resolves there."""

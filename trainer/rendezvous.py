@@ -18,7 +18,8 @@ import torch.distributed as dist
 from torch.distributed import rpc
 from torch.distributed.rendezvous import register_rendezvous_handler
 
-from .netif import NetworkSetupError, resolve
+from . import health
+from .netif import NetworkSetupError, resolve, talk_address
 from .service import rank_name
 
 log = logging.getLogger("trainer")
@@ -80,9 +81,13 @@ def start(env: RankEnv, device: torch.device, timeout_s: float) -> None:
     same on every rank) and the RPC group, both on the one store at ``MASTER_ADDR``; every
     blocking call is bounded by ``timeout_s`` so a dead peer ends this rank with an error
     instead of a hang. Call ``trainer.netif`` first: it picks the interface the process
-    groups listen on."""
+    groups listen on.
+
+    Each rank says who it is in the store and, once both groups are up, beats there
+    (``trainer.health``): a wait that times out can then name the ranks that went silent."""
     timeout = timedelta(seconds=timeout_s)
     store = _store(env, timeout)
+    health.publish(store, env.rank, health.me(talk_address(env.master_addr)))
     backend = backend_for(device)
     if device.type == "cuda":
         shares = env.local_world_size > torch.cuda.device_count()
@@ -100,6 +105,11 @@ def start(env: RankEnv, device: torch.device, timeout_s: float) -> None:
                                               rpc_timeout=timeout_s, num_worker_threads=16)
     rpc.init_rpc(rank_name(env.rank), rank=env.rank, world_size=env.world_size,
                  rpc_backend_options=options)
+    # init_rpc met every rank on the store, so every identity is published by now
+    health.start_heartbeat(health.heartbeat_store(env.master_addr, env.master_port,
+                                                  env.world_size),
+                           env.rank, env.world_size, (resolve(env.master_addr), env.master_port),
+                           None if env.agent_store else 0)
 
 
 def _store(env: RankEnv, timeout: timedelta) -> dist.TCPStore:
@@ -137,6 +147,9 @@ register_rendezvous_handler(RPC_SCHEME, _rpc_rendezvous)
 
 def stop() -> None:
     """Clean shutdown: wait until every rank is done with requests, then leave RPC, then the
-    process group."""
+    process group. The heartbeat stops once every rank is past RPC shutdown (none waits for
+    another after it)."""
+    health.where.at("the RPC shutdown")
     rpc.shutdown(graceful=True)
+    health.stop_heartbeat()
     dist.destroy_process_group()

@@ -93,7 +93,12 @@ def payload_bytes(obj) -> int:
 
 
 class RequestFailed(RuntimeError):
-    """A request to another part's server failed or got no answer in time."""
+    """A request to another part's server failed or got no answer in time; ``peer``: who it
+    went to, ``stage``: what it was for (``"sampling"``, ``"feature fetch"``), when known."""
+
+    def __init__(self, message: str, stage: str | None = None, peer: str | None = None):
+        super().__init__(message)
+        self.stage, self.peer = stage, peer
 
 
 class Transport:
@@ -117,9 +122,10 @@ class Transport:
             return done.value()
         return fut.then(count)
 
-    def wait(self, part: int, fut: Future):
+    def wait(self, part: int, fut: Future, stage: str | None = None):
         """The answer of a request sent to ``part``; a failure (e.g. an RPC timeout) is raised
-        as :class:`RequestFailed` naming where the request went."""
+        as :class:`RequestFailed` naming where the request went (and ``stage``, what it was
+        for)."""
         try:
             return fut.wait()
         except Exception as err:  # noqa: BLE001 - re-raised with the peer named
@@ -127,7 +133,8 @@ class Transport:
             # and a stack listing: keep the original message
             text = str(err).split("\n\nAt:")[0].replace(
                 "Got the following error when running the callback: ", "")
-            raise RequestFailed(f"request to {self.target(part)} failed: {text}") from err
+            peer = self.target(part)
+            raise RequestFailed(f"request to {peer} failed: {text}", stage, peer) from err
 
     def target(self, part: int) -> str:
         """Who serves ``part``, in words."""

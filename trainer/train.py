@@ -34,6 +34,7 @@ from .config import PLACEMENTS, TrainConfig, target_etype, target_type  # noqa: 
 from .link_data import without_held_out
 from .dist_sampler import DistNeighborSampler, mix_seed
 from .features import LOG_DEGREE, FeatureFetcher, HaloCache, add_log_degree
+from .health import EVALUATION, where
 from .loader import NodeLoader, rank_seeds
 from .model import GraphSAGE, LinkModel
 from .outputs import write_json_atomic
@@ -121,6 +122,7 @@ def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
     transport = RpcTransport(cfg.ranks_per_part, env.rank % cfg.ranks_per_part, cfg.rpc_timeout)
     cache = None
     if cfg.cache_mb > 0 and graph.num_parts > 1:
+        where.at("the halo cache fetch")
         start = time.perf_counter()
         cache = HaloCache.build(FeatureFetcher(server.part, server, transport), "feat",
                                 int(cfg.cache_mb * 2**20))
@@ -144,6 +146,7 @@ def build_model(rank: Rank):
     if cfg.task == "link":
         model = LinkModel(model, make_scorer(cfg.scorer, cfg.hidden))
     model = model.to(rank.device)
+    where.at("the model broadcast")
     ddp = DistributedDataParallel(
         model, device_ids=[rank.device.index] if rank.device.type == "cuda" else None,
         find_unused_parameters=len(graph.edge_types) > 1)  # a batch may miss an edge type
@@ -169,10 +172,13 @@ def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
     for epoch in range(len(history), cfg.epochs):
         torch.manual_seed(mix_seed(cfg.seed, epoch, env.rank))  # dropout: resumable exactly
         start = time.perf_counter()
+        where.at("the training", epoch)
         sums = task.train_epoch(ddp, optimizer, epoch)
         train_s = time.perf_counter() - start
+        where.at(EVALUATION, epoch)
         with rank.breakdown.clock("eval"):
             evaluation = task.evaluate(model)
+        where.at("the metrics all-reduce", epoch)
         record = _epoch_record(epoch, env, train_s, time.perf_counter() - start, sums,
                                rank.breakdown.take(), rank.transport.take_counters(),
                                task.num_batches)
@@ -185,6 +191,7 @@ def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
                 best = summarize(history, task.metric)["best_epoch"] == epoch
                 save_checkpoint(cfg.checkpoint_dir, model, optimizer, history, asdict(cfg), info,
                                 best=best)
+    where.at("the final barrier")
     dist.barrier()
     rendezvous.stop()
     return summarize(history, task.metric)
@@ -243,6 +250,7 @@ def exact_accuracy(counts: list[float]) -> dict:
     """Validation and test accuracy from this rank's ``[val correct, val total, test correct,
     test total]``, summed over all ranks (NaN where a split is empty)."""
     total = torch.tensor(counts, dtype=torch.float64)
+    where.step = f"{EVALUATION} all-reduce"
     dist.all_reduce(total)
     val_c, val_n, test_c, test_n = total.tolist()
     return {"val_acc": val_c / val_n if val_n else math.nan,
@@ -261,8 +269,10 @@ def _num_classes(part: LocalPart, ntype: str) -> int:
 
 
 def _timed_allreduce(breakdown: Breakdown):
-    """DDP's default all-reduce hook, timed from launch to completion (overlaps backward)."""
+    """DDP's default all-reduce hook, timed from launch to completion (overlaps backward);
+    a failure in backward from here on is the all-reduce's (the wait is at its end)."""
     def hook(process_group, bucket):
+        where.step = "the gradient all-reduce"
         start = time.perf_counter()
         fut = default_hooks.allreduce_hook(process_group, bucket)
 
@@ -282,10 +292,12 @@ def train_batches(rank: Rank, ddp, loader, epoch: int):
                disable=env.rank != 0 or not show_progress(cfg.progress))
     with Join([ddp]):
         for i, batch in enumerate(loader.epoch(epoch)):
+            where.at("the forward/backward", epoch, i)
             if cfg.fail_rank == env.rank and epoch == cfg.fail_epoch and i == 0:
                 batch = _inject_failure(cfg.fail_mode, env.rank, batch)
             yield i, batch.to(rank.device)
             bar.update()
+        where.at("the DDP join", epoch)   # Join's exit: shadowing the others' all-reduces
     bar.close()
 
 

@@ -5,6 +5,7 @@ a synth graph of 10^7 edges (and 10^8 with --large; only 10^9 with --huge): seco
 per step, peak RSS per worker (fresh workers per step), disk used (and the peak of each step's
 writes, intermediate files included), output size. Baseline in the same run: an in-memory single-process route
 (load all edges and node data, numpy argsort relabel, write the same part files).
+``--quick``: 10^4 edges (seconds; for the test suite).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import (fresh_cluster, run_baseline, sampled_peaks_mb, start_memory_sampler,  # noqa: E402
-                    timer, worker_peak_rss_mb)
+from common import (fresh_cluster, parse_args, run_baseline, sampled_peaks_mb,  # noqa: E402
+                    start_memory_sampler, timer, worker_peak_rss_mb)
 
 from dispatch.job import run_dispatch  # noqa: E402
 from dispatch.verify import run_verify  # noqa: E402
@@ -166,7 +167,9 @@ def main():
                          "~40 GB); needs ~60 GB of free disk")
     ap.add_argument("--parts", type=int, default=4)
     ap.add_argument("--method", default="random", help="partition method")
-    args = ap.parse_args()
+    args = parse_args(ap, {"edges": 10**4})
+    if args.quick and args.huge:
+        ap.error("--huge is 10^9 edges whatever --quick says: give one of them")
     tmp = tempfile.mkdtemp(prefix="bench_pipeline_", dir=os.getcwd())
     try:
         if args.huge:

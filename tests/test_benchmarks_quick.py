@@ -61,11 +61,20 @@ def command(name: str, work: str) -> tuple[list[str], dict]:
             dict(os.environ))
 
 
+def kill_group(p: subprocess.Popen) -> None:
+    """SIGKILL ``p``'s process group (its own session): ``p`` and every process it started."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:      # already gone
+        pass
+
+
 class QuickRuns:
     """The runs this module's selected tests need, started together in a pool."""
 
     def __init__(self, names: list[str], root):
         self.work = {name: root / name for name in names}
+        self.running: dict[str, subprocess.Popen] = {}
         self.pool = ThreadPoolExecutor(PARALLEL)
         self.futures = {name: self.pool.submit(self._run, name) for name in names}
 
@@ -76,14 +85,22 @@ class QuickRuns:
         # its own session: a hung run is killed with every process it started (workers, ranks)
         with subprocess.Popen(cmd, cwd=self.work[name], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True) as p:
+            self.running[name] = p
             try:
                 out, err = p.communicate(timeout=TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+                kill_group(p)
                 out, err = p.communicate()
                 err += f"\n[killed: still running after {TIMEOUT_S} s]"
         proc = subprocess.CompletedProcess(cmd, p.returncode, out, err)
         return proc, time.monotonic() - start
+
+    def close(self) -> None:
+        """Drop the runs not started; kill those still running (the session ends early)."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for p in self.running.values():
+            kill_group(p)
+        self.pool.shutdown(wait=True)
 
     def result(self, name: str) -> subprocess.CompletedProcess:
         """Wait for run ``name``; its exit status must be 0."""
@@ -113,7 +130,7 @@ def runs(request, tmp_path_factory):
         names = [n for n in names if n != "dgl_input"]
     quick = QuickRuns(names, tmp_path_factory.mktemp("quick"))
     yield quick
-    quick.pool.shutdown(wait=True, cancel_futures=True)
+    quick.close()
 
 
 def positive(x) -> bool:

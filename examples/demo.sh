@@ -2,8 +2,8 @@
 # The main job end to end on the embedded default: a local Dask cluster, built-in data.
 # synth -> validate -> partition -> dispatch -> verify -> train; Cora -> chunk -> partition
 # -> dispatch -> train; chunked -> re-chunk.
-# Usage: bash examples/demo.sh [OUT]   (default demo-out). DEMO_QUICK=1: the same steps on a
-# 10x smaller synth graph with fewer epochs (the test suite runs it: tests/test_benchmarks_quick.py).
+# Usage: bash examples/demo.sh [OUT]   (default demo-out). DEMO_QUICK=1: the same steps on synth
+# graphs of 10x fewer edges, fewer epochs (the test suite runs it: tests/test_benchmarks_quick.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PREP=${PREP:-.venv/bin/prep}

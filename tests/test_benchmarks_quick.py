@@ -144,10 +144,12 @@ def seconds(x) -> bool:
 
 
 def fraction(x) -> bool:
+    """A number in [0, 1] (a cut ratio, an accuracy, an AUC)."""
     return isinstance(x, (int, float)) and 0 <= x <= 1
 
 
 def rss_per_worker(x, workers: int = 2) -> bool:
+    """One positive memory figure (MB) per worker of the benchmark's 2-worker cluster."""
     return isinstance(x, list) and len(x) == workers and all(positive(v) for v in x)
 
 

@@ -7,7 +7,8 @@
 
 Times exclude the Dask cluster's start (reported apart): a job on an existing cluster
 (``--scheduler``) does not pay it. Run from the project root:
-``.venv/bin/python examples/benchmarks/bench_chunk.py [--small] [--out DIR]``.
+``.venv/bin/python examples/benchmarks/bench_chunk.py [--small] [--out DIR]``; ``--quick``:
+10^4/10^5 edges (seconds; for the test suite).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import (fresh_cluster, run_baseline, timer, worker_peak_rss_mb,  # noqa: E402
-                    worker_rss_now_mb)
+from common import (fresh_cluster, parse_args, run_baseline, timer,  # noqa: E402
+                    worker_peak_rss_mb, worker_rss_now_mb)
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.csv as pacsv  # noqa: E402
@@ -106,8 +107,10 @@ def main():
     ap.add_argument("--large", action="store_true",
                     help="also convert a 10^8-edge CSV (1.3 GB; the baseline needs ~5 GB)")
     ap.add_argument("--out", default=None, help="scratch folder (default: a temp folder)")
-    args = ap.parse_args()
-    e7, e8 = (10**6, 10**7) if args.small else (10**7, 10**8)
+    # The sizes are derived below, not argparse defaults: --quick only has to say so.
+    args = parse_args(ap, {})
+    e7, e8 = ((10**4, 10**5) if args.quick else (10**6, 10**7) if args.small
+              else (10**7, 10**8))
     tmp = args.out or tempfile.mkdtemp(prefix="bench_chunk_")
     os.makedirs(tmp, exist_ok=True)
     try:

@@ -28,6 +28,7 @@ read from the page cache (the files were just written; the machine has RAM for t
 Run from the project root (needs pandas, for DGL's readers):
 ``pip install -c constraints.txt '.[bench]'`` then
 ``.venv/bin/python examples/benchmarks/bench_dgl_input.py [--edges E] [--nodes N] [--chunks K]``.
+``--quick``: 2*10^4 edges, 4000 nodes, 2 chunks, 8 features (seconds; for the test suite).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import numpy as np  # noqa: E402
 
-from common import (MB, fresh_cluster, run_baseline, sampled_peaks_mb,  # noqa: E402
+from common import (MB, fresh_cluster, parse_args, run_baseline, sampled_peaks_mb,  # noqa: E402
                     start_memory_sampler, worker_peak_rss_mb, worker_rss_now_mb)
 from dgl_writer import dgl_chunk_graph  # noqa: E402
 
@@ -242,7 +243,7 @@ def main():
     ap.add_argument("--no-dispatch-edges", action="store_true",
                     help="skip the edges-only baseline of DGL's dispatch loop")
     ap.add_argument("--out", default=None, help="scratch folder (default: a temp folder)")
-    args = ap.parse_args()
+    args = parse_args(ap, {"edges": 2 * 10**4, "nodes": 4000, "chunks": 2, "feat_dim": 8})
     try:
         import pandas  # noqa: F401
     except ImportError:

@@ -9,6 +9,8 @@ training edge carries messages, no sampling),
 the same scorer, epochs, negatives and learning rate (its steps take ``--ref-batch-size``
 edges: each is a full-graph forward); evaluated like
 the trainer (AUC against one uniform negative per held-out edge, MRR and Hits@k against 100).
+``--quick``: only the synth graph, of 10^4 edges, for one epoch (seconds; for the test suite:
+Cora's steps are the same functions, and the demo runs Cora's link prediction).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from common import parse_args  # noqa: E402
 from formats import EdgeType, load_chunked_graph, read_array_chunk, read_edge_chunk  # noqa: E402
 from trainer.dist_sampler import Block  # noqa: E402
 from trainer.link_metrics import auc, ranking_metrics  # noqa: E402
@@ -166,7 +170,7 @@ def main():
                          "full-graph forward)")
     ap.add_argument("--weight-decay", type=float, default=5e-4)
     ap.add_argument("--workdir", default=None, help="keep the prepared graphs here")
-    args = ap.parse_args()
+    args = parse_args(ap, {"edges": 10**4, "epochs": 1, "synth_epochs": 1, "graphs": "synth"})
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-link-")
     wanted = args.graphs.split(",")
     graphs = {}

@@ -6,7 +6,9 @@ A synth graph (default 10^7 edges, 10^6 nodes, 32 float32 features) is dispatche
 (``formats.part_checks.check_part``) by phase: layout (sizes, dtypes, shapes from the
 headers), structure (ranges, order, finiteness: reads every array once), sampled hashes (the
 default), and full hashes (``--verify-data``: reads every byte once more). Page cache warm
-(the best of ``--repeat`` runs), and cold too when this process may drop the page cache.
+(the best of ``--repeat`` runs), and cold too when this process may drop the page cache (not
+with ``--no-cold``). ``--quick``: 10^4 edges, one repeat, ``--no-cold`` (seconds; for the test
+suite, which must not empty the page cache of the machine it runs on).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import partitioned_synth  # noqa: E402
+from common import parse_args, partitioned_synth  # noqa: E402
 
 from formats.integrity import check_part_files  # noqa: E402
 from formats.partitioned import load_partitioned  # noqa: E402
@@ -86,17 +88,20 @@ def main() -> None:
     ap.add_argument("--workdir", default=os.path.join("bench-work", "load-checks"))
     ap.add_argument("--edges", type=int, default=10**7)
     ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
+    ap.add_argument("--no-cold", action="store_true",
+                    help="skip the cold-cache figures (they empty the whole machine's page cache)")
+    args = parse_args(ap, {"edges": 10**4, "repeat": 1, "no_cold": True})
     os.makedirs(args.workdir, exist_ok=True)
     graph_json = partitioned_synth(args.workdir, args.edges, (2,))[2]
     parts = {p: measure_part(graph_json, p, args.repeat) for p in range(2)}
-    cold = measure_cold(graph_json, 0)
+    cold = None if args.no_cold else measure_cold(graph_json, 0)
+    why = ("--no-cold" if args.no_cold else
+           "cannot drop the page cache here (needs root and writable /proc/sys)")
     slowest = max(parts.values(), key=lambda r: r["verify_data_check_s"])
     print(json.dumps({
         "graph": {"edges": args.edges, "nodes": args.edges // 10, "parts": 2, "feat_dim": 32},
         "per_part_warm": parts,
-        "cold_page_cache_part0": cold if cold else "not measured: cannot drop the page cache "
-                                                   "here (needs root and writable /proc/sys)",
+        "cold_page_cache_part0": cold if cold else f"not measured: {why}",
         "summary": {"default_check_s": slowest["default_check_s"],
                     "verify_data_check_s": slowest["verify_data_check_s"],
                     "plain_load_s": slowest["plain_load_s"],

@@ -14,6 +14,7 @@ single-process pymetis call on the same graph in the same run (the baseline read
 Parquet chunks, builds the same symmetric CSR with numpy and calls ``pymetis.part_graph``).
 Each measurement uses fresh processes, so peak RSS is that run's own. Metis is skipped (with
 the reason) where ``--method auto`` would not pick it: its estimated peak does not fit.
+``--quick``: 10^5 edges, 2 parts (seconds; for the test suite; coarsening still happens).
 """
 
 from __future__ import annotations
@@ -26,8 +27,13 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
+<<<<<<< HEAD
 from common import (add_graph_options, fresh_cluster, graph_spec, run_baseline,  # noqa: E402
                     sampled_peaks_mb, start_memory_sampler, timer, worker_peak_rss_mb)
+=======
+from common import (fresh_cluster, parse_args, run_baseline, sampled_peaks_mb,  # noqa: E402
+                    start_memory_sampler, timer, worker_peak_rss_mb)
+>>>>>>> issue29-bench
 
 import psutil  # noqa: E402
 
@@ -99,8 +105,13 @@ def main():
                     help="multilevel budget (default: derived from memory)")
     ap.add_argument("--methods", default="random,metis,multilevel,forced,direct",
                     help="forced: multilevel with --coarse-edges max(10^4, edges/32)")
+<<<<<<< HEAD
     add_graph_options(ap)
     args = ap.parse_args()
+=======
+    # --quick: 10^5 edges, above the budget's 10^4 floor, so that multilevel coarsens.
+    args = parse_args(ap, {"edges": 10**5, "parts": "2"})
+>>>>>>> issue29-bench
     tmp = tempfile.mkdtemp(prefix="bench_partition_")
     try:
         graph = os.path.join(tmp, "graph")

@@ -9,6 +9,10 @@ forced to 1000 coarse edges. Both partitioners run in this process on the same c
 (``local_runner``: quality, not throughput; ``bench_partition.py`` measures time and memory).
 
     python examples/benchmarks/bench_partition_families.py [--scale 1.0] [--coarsen-rounds N]
+
+``--quick`` (the test suite): ``--scale 0.02`` and a budget floor of 200 coarse edges instead of
+10^4, so that the small graphs are still coarsened (the ``*_ge_1e5_edges`` keys then cover
+smaller graphs).
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import numpy as np
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from common import parse_args  # noqa: E402
 from formats import load_chunked_graph  # noqa: E402
 from pipeline import api  # noqa: E402
 from pipeline.cluster import local_runner  # noqa: E402
@@ -119,7 +125,9 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="graph sizes x this")
     ap.add_argument("--coarsen-rounds", type=int, default=None,
                     help="label-propagation rounds per level (default: the partitioner's)")
-    args = ap.parse_args()
+    ap.add_argument("--min-coarse-edges", type=int, default=10_000,
+                    help="floor of the forced budget (edges/32) on the synthetic families")
+    args = parse_args(ap, {"scale": 0.02, "min_coarse_edges": 200})
     rounds = args.coarsen_rounds or MultilevelPartitioner().coarsen_rounds
     rng = np.random.default_rng(5)
     n = int(100_000 * args.scale)
@@ -144,7 +152,7 @@ def main() -> None:
                 graphs[name] = (out, 1000)
         for name, (graph_dir, forced) in graphs.items():
             edges = sum(load_chunked_graph(graph_dir).num_edges.values())
-            budget = forced or max(10_000, edges // 32)
+            budget = forced or max(args.min_coarse_edges, edges // 32)
             results[name] = {"edges": edges, "coarse_edges": budget,
                              **family_ratios(graph_dir, budget, rounds,
                                              os.path.join(root, f"{name}-out"))}

@@ -6,7 +6,8 @@ in this process, in order, ``--repeat`` times with the checks as shipped and, as
 of the same run, with the check functions replaced by no-ops (edge IDs then go unchecked into
 the old->new map, as before issue 9). A last checked run times the check functions themselves
 (edge ID ranges: ``formats.validate.check_ids``; NaN/inf scans:
-``pipeline.convert.sources.check_finite``) against the tasks' wall time.
+``pipeline.convert.sources.check_finite``) against the tasks' wall time. ``--quick``: 10^4 edges,
+one repeat (seconds; for the test suite).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import partitioned_synth  # noqa: E402
+from common import parse_args, partitioned_synth  # noqa: E402
 
 import dispatch.shuffle as shuffle_module  # noqa: E402
 import formats.validate as validate_module  # noqa: E402
@@ -102,7 +103,7 @@ def main() -> None:
     ap.add_argument("--edges", type=int, default=10**7)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workdir", default="bench-out/read-checks")
-    args = ap.parse_args()
+    args = parse_args(ap, {"edges": 10**4, "repeat": 1})
     graph_json = partitioned_synth(args.workdir, args.edges, (4,))[4]
     graph_dir = os.path.join(args.workdir, f"synth-{args.edges}")
     assignment = f"{graph_dir}-a4"

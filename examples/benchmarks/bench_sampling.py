@@ -13,6 +13,7 @@ previous sort-based relabel and owner split (``dedup="unique"``: ``torch.unique`
 alternating the two batch by batch (which one goes first alternates too) so that a shared
 machine's load falls on both alike; both rates and their ratio are printed. ``--workdir`` keeps
 the prepared graphs and a later run with the same ``--workdir`` and ``--edges`` reuses them.
+``--quick``: 10^4 edges, batches of 64 seeds, 3 batches (seconds; for the test suite).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import partitioned_synth  # noqa: E402
+from common import parse_args, partitioned_synth  # noqa: E402
 
 from trainer.dist_sampler import DistNeighborSampler  # noqa: E402
 from trainer.partition import LocalPart  # noqa: E402
@@ -174,7 +175,7 @@ def main():
     ap.add_argument("--threads", type=int, default=None,
                     help="torch intra-op threads (default: torch's); 1 is steadier on a shared "
                          "machine, where a descheduled OpenMP thread stalls every parallel op")
-    args = ap.parse_args()
+    args = parse_args(ap, {"edges": 10**4, "batch_size": 64, "batches": 3, "loop_batches": 1})
     if args.threads:
         torch.set_num_threads(args.threads)
     fanouts = [int(f) for f in args.fanouts.split(",")]

@@ -5,6 +5,7 @@ GraphSAGE node classification on a synth graph (10^7 edges by default; 5% of nod
 2 ranks (RPC sampling and feature fetch, DDP; with the default 64 MB halo feature cache and
 without it), in the same run. Reports mean epoch time (first
 epoch excluded), accuracy, the per-rank time breakdown and RPC traffic per epoch.
+``--quick``: 2*10^4 edges, 2 epochs, fanouts 5,5, batches of 64 (seconds; for the test suite).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import partitioned_synth  # noqa: E402
+from common import parse_args, partitioned_synth  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -58,7 +59,9 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--placement", default="cpu", choices=["cpu", "pinned", "cuda"])
     ap.add_argument("--workdir", default=None, help="keep the prepared graphs here")
-    args = ap.parse_args()
+    # --quick keeps 2 epochs: the mean leaves the first one out.
+    args = parse_args(ap, {"edges": 2 * 10**4, "epochs": 2, "fanouts": "5,5",
+                           "batch_size": 64})
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-train-")
     graphs = partitioned_synth(workdir, args.edges, (1, 2))
     res = {"edges": args.edges, "fanouts": args.fanouts, "batch_size": args.batch_size,

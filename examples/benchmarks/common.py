@@ -3,6 +3,7 @@ measured job's own), timing, and peak RSS of a baseline run in a fresh subproces
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -12,6 +13,26 @@ from contextlib import contextmanager
 from pipeline.cluster import ClusterOptions, peak_rss_bytes
 
 MB = 1 << 20
+
+QUICK_HELP = ("tiny sizes that run in seconds (the test suite runs every benchmark so): the same "
+              "steps and JSON keys as the default run, but the figures mean nothing")
+
+
+def parse_args(ap: argparse.ArgumentParser, quick: dict) -> argparse.Namespace:
+    """``ap.parse_args()`` with a ``--quick`` flag added: with it, the defaults in ``quick``
+    replace ``ap``'s (options given on the command line still win). The default run, and so
+    the figures in RESULTS.md, stay as they are."""
+    ap.add_argument("--quick", action="store_true", help=QUICK_HELP)
+    # A quick size for an option since renamed would silently run the full size instead.
+    unknown = set(quick) - {action.dest for action in ap._actions}
+    if unknown:
+        raise ValueError(f"--quick sets options this benchmark lacks: {sorted(unknown)}")
+    # A first pass only for --quick: its defaults must be in place before the real parse.
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--quick", action="store_true")
+    if pre.parse_known_args()[0].quick:
+        ap.set_defaults(**quick)
+    return ap.parse_args()
 
 
 @contextmanager

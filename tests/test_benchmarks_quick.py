@@ -27,6 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+# Each test waits for its run in a shared pool (159 s seen under load): bounded per run below.
+pytestmark = pytest.mark.timeout(600)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = os.path.join(ROOT, "examples", "benchmarks")
 TIMEOUT_S = 400     # a quick run takes seconds to a minute or two; this only bounds a hang
@@ -46,6 +49,7 @@ RUNS = {
     "load_checks": ["--workdir", "{work}/w"],
     "dgl_input": ["--out", "{work}/w"],
     "read_checks": ["--workdir", "{work}/w"],
+    "synth_rmat": [],
 }
 
 
@@ -403,3 +407,19 @@ def test_quick_demo(runs):
     assert (out / "cora-embeddings").is_dir()
     assert json.load(open(out / "cora-train.json"))["summary"]["test_acc"] == pytest.approx(
         cora, abs=1e-4)
+
+
+def test_bench_synth_rmat(runs):
+    r = runs.json("synth_rmat")
+    assert r["scale"] == 12 and r["edge_factor"] == 16
+    for run in (r["synth_rmat"], r["synth_planted_same_size"]):
+        assert positive(run["seconds"]) and positive(run["edges_per_s"])
+    assert all(positive(v) for v in r["edge_generation_per_s"].values())
+    for shape, scale in ((r["shape"], 12), (r["label_scale"], 11)):
+        assert shape["nodes"] == 2 ** scale and shape["edges"] == 16 * 2 ** scale
+        assert abs(shape["isolated_fraction"] - shape["isolated_expected"]) < 0.05
+        assert shape["max_in_degree"] > 10 * shape["edges"] / shape["nodes"]   # a heavy tail
+        assert 0 <= shape["repeated_edge_fraction"] < 0.5
+    labels = r["label_scale"]
+    assert sum(labels["class_sizes"]) == 2 ** 11
+    assert labels["nearest_class_mean_accuracy"] > labels["chance"] + 0.2

@@ -8,6 +8,8 @@ in-degree against ``m (a+c)^S``, repeated edges and self-loops. At ``--label-sca
 14): the same shape figures, each class's mean degree over the mean, the isolated share of the
 last class, edge homophily and a nearest-class-mean classifier on the features alone (class
 means from the train mask, accuracy on the test mask). Holds the graph in memory (16 B/edge).
+
+``--quick``: scale 12, label scale 11 (seconds; for the test suite).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import fresh_cluster, timer, worker_peak_rss_mb  # noqa: E402
+from common import fresh_cluster, parse_args, timer, worker_peak_rss_mb  # noqa: E402
 
 from formats import EdgeType, load_chunked_graph, read_array_chunk, read_edge_chunk  # noqa: E402
 from pipeline.rmat import expected_isolated_fraction  # noqa: E402
@@ -103,7 +105,7 @@ def main():
     ap.add_argument("--scale", type=int, default=20)
     ap.add_argument("--edge-factor", type=int, default=16)
     ap.add_argument("--label-scale", type=int, default=14)
-    args = ap.parse_args()
+    args = parse_args(ap, quick={"scale": 12, "label_scale": 11})
     tmp = tempfile.mkdtemp(prefix="bench_synth_rmat_", dir=os.getcwd())
     try:
         rmat = make_spec("rmat", scale=args.scale, edge_factor=args.edge_factor)

@@ -1,5 +1,7 @@
 """``--dry-run``: the estimated worker peak and output size, from metadata alone, within 1.5x
-of what the step then measures on fresh workers."""
+of what the step then measures on fresh workers (here at 2x10^6 edges); from the metadata
+of the graphs RESULTS.md measured, near those peaks at 2x10^6-10^9 edges, where a wrong
+scaling shows; and shaped as the model says across sizes and parts."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import pytest
 from formats import load_chunked_graph
 from pipeline import api
 from pipeline.cluster import local_cluster, peak_rss_bytes
-from pipeline.estimate import estimate_dispatch, estimate_partition
+from pipeline.estimate import MB, Estimate, estimate_dispatch, estimate_partition
+from pipeline.synth import SynthSpec, plan
 
 
 def _measured_peak(step) -> int:
@@ -62,3 +65,86 @@ def test_dry_run_writes_nothing_and_names_the_method(prep, graph, tmp_path):
     result = prep("partition", graph.path, tmp_path / "a", "-p", 2, "--method", "auto",
                   "--memory-limit", "500MiB", "--dry-run", cluster=False)
     assert "auto -> multilevel" in result.output
+
+
+# Worker peaks measured (VmHWM of the busier worker, MiB) on `prep synth` graphs of 10 edges per
+# node, 4 parts, in RESULTS.md: fresh 2-worker clusters, 32-dim features ("--dry-run estimates
+# against measured worker peaks", 2026-11-23; the multilevel 10^8 row from bench_partition.py);
+# 16-dim features at 10^9 (bench_pipeline.py --huge, second run, 2026-11-24).
+# (nodes, edges, feature dim) -> {step: MiB}.
+MEASURED_MB = {(200_000, 2 * 10**6, 32): {"random": 171, "metis": 608, "multilevel": 350,
+                                          "dispatch": 243},
+               (10**6, 10**7, 32): {"random": 195, "metis": 2688, "multilevel": 433,
+                                    "dispatch": 311},
+               (10**7, 10**8, 32): {"multilevel": 542},
+               (10**8, 10**9, 16): {"multilevel": 3453, "dispatch": 1181}}
+# The sizes the model was calibrated on keep pipeline/estimate.py's "0.9-1.3x of the measured
+# worker peak RSS"; 10^9 was not among them and is held to this module's 1.5x: measured
+# multilevel 0.88x, dispatch 1.49x (the part build's 30 B per owned node overestimates there).
+CALIBRATED = (0.9, 1.3)
+BAND = {size: CALIBRATED if size[1] < 10**9 else (1 / 1.5, 1.5) for size in MEASURED_MB}
+
+
+@pytest.fixture(scope="module")
+def features(graph, tmp_path_factory, scheduler):
+    """Folders of synth graphs whose field headers ``estimate_dispatch`` reads, by feature
+    dim: the module's graph (32) and a small one with 16-dim features."""
+    from distributed import Client
+    with Client(scheduler) as client:
+        small = api.synth(tmp_path_factory.mktemp("est16") / "g", nodes=2000, edges=20_000,
+                          feat_dim=16, client=client)
+    return {32: graph.path, 16: small.path}
+
+
+def synth_metadata(features, nodes: int, edges: int, feat_dim: int = 32):
+    """The metadata ``prep synth`` would write at this size (``synth.plan``, nothing written),
+    rooted where a graph with the same features lies (``estimate_dispatch`` reads the header
+    of each field's first chunk)."""
+    _, _, meta = plan(SynthSpec(nodes, edges, feat_dim=feat_dim), features[feat_dim], 1 << 20)
+    return meta
+
+
+def estimate(meta, step: str, parts: int = 4) -> Estimate:
+    if step == "dispatch":
+        return estimate_dispatch(meta, parts)
+    return estimate_partition(meta, step, parts, worker_bytes=8 << 30)
+
+
+@pytest.mark.parametrize("size", list(MEASURED_MB), ids=lambda s: f"{s[1]:.0e}")
+def test_estimates_near_the_peaks_measured_at_every_size(features, size):
+    """Each estimate, from the metadata of the graph it was measured on, against that peak:
+    2x10^6 is the calibration point of the live tests above; at 10^7-10^9 a per-edge cost
+    too high or too low, or a multilevel peak that grows with the graph instead of staying
+    flat (or stays flat where the O(nodes) pages grow), leaves the band."""
+    meta = synth_metadata(features, *size)
+    ratios = {step: estimate(meta, step).peak_worker_bytes / MB / measured
+              for step, measured in MEASURED_MB[size].items()}
+    low, high = BAND[size]
+    assert all(low <= r <= high for r in ratios.values()), ratios
+
+
+def test_estimates_scale_as_the_model_says(features):
+    """The model's shape, from 10^6 to 10^9 edges (10 edges per node): metis is one task of
+    the whole graph (its part above the idle worker grows exactly with the edges);
+    multilevel's peak never shrinks with the graph and stays within the flat target from
+    10^7 to 10^8 (<= 1.5x: range tasks of bounded size, the coarse budget capped); dispatch
+    needs less per worker as parts are added, and its output does not depend on them;
+    partition peaks do not depend on the parts."""
+    from pipeline.estimate import WORKER_IDLE
+
+    sizes = [10**6, 10**7, 10**8, 10**9]
+    metas = {m: synth_metadata(features, m // 10, m) for m in sizes}
+    metis = {m: estimate(metas[m], "metis").peak_worker_bytes - WORKER_IDLE for m in sizes}
+    for a, b in zip(sizes, sizes[1:]):
+        assert metis[b] == pytest.approx(metis[a] * b / a, rel=1e-6)
+    ml = {m: estimate(metas[m], "multilevel").peak_worker_bytes for m in sizes}
+    assert all(ml[a] <= ml[b] for a, b in zip(sizes, sizes[1:])), ml
+    assert ml[10**8] <= 1.5 * ml[10**7], ml
+    for m in sizes:
+        by_parts = [estimate(metas[m], "dispatch", p) for p in (2, 4, 8, 16)]
+        peaks = [e.peak_worker_bytes for e in by_parts]
+        assert all(a > b for a, b in zip(peaks, peaks[1:])), (m, peaks)
+        assert len({e.output_bytes for e in by_parts}) == 1
+        for step in ("random", "metis", "multilevel"):
+            assert len({estimate(metas[m], step, p).peak_worker_bytes
+                        for p in (2, 4, 8, 16)}) == 1

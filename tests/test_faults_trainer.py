@@ -352,8 +352,18 @@ def cleanup(proc, ranks):
         p.kill()
 
 
+# README: "ranks exit within a second when their launcher dies (even by SIGKILL)". Measured
+# from the signal to the last rank gone, on a machine at load 13: SIGKILL 0.11-0.12 s (the
+# kernel's PR_SET_PDEATHSIG; the watcher thread polls every 0.5 s behind it), SIGTERM 0.38-0.56 s
+# (forwarded; ranks end on it at once, the 5 s grace is for one that does not). The bound is the
+# claim plus a margin of 0.5 s for a loaded machine.
+WITHIN_A_SECOND = 1.0 + 0.5
+
+
 @pytest.mark.parametrize("signo", [signal.SIGTERM, signal.SIGKILL])
 def test_signal_to_the_launcher_ends_every_rank(cora2, tmp_path, signo):
+    """SIGTERM to the launcher is passed on to every rank; SIGKILL leaves the ranks to
+    notice their launcher is gone. Either way every rank is gone within a second."""
     proc, log = launch(cora2, tmp_path)
     ranks = []
     try:
@@ -364,15 +374,21 @@ def test_signal_to_the_launcher_ends_every_rank(cora2, tmp_path, signo):
         proc.send_signal(signo)
         code = proc.wait(timeout=15)
         assert wait_gone(ranks, 5) == [], log.read_text()[-3000:]
-        assert time.monotonic() - start < 8
+        took = time.monotonic() - start
+        assert took < WITHIN_A_SECOND, (took, log.read_text()[-3000:])
         assert code == (128 + signo if signo == signal.SIGTERM else -signo)
         if signo == signal.SIGTERM:
             assert "received SIGTERM: passed on to every rank" in log.read_text()
+        else:
+            # PR_SET_PDEATHSIG ended them, not the slower watcher thread (which would log).
+            assert "its launcher (pid" not in log.read_text()
     finally:
         cleanup(proc, ranks)
 
 
 def test_stopped_rank_is_named_within_the_rpc_timeout(cora2, tmp_path):
+    """A rank frozen by SIGSTOP: its peer times out, the launcher names the stopped rank as
+    the cause and ends it; the job is over soon after --rpc-timeout."""
     proc, log = launch(cora2, tmp_path)
     ranks = []
     try:
@@ -385,9 +401,11 @@ def test_stopped_rank_is_named_within_the_rpc_timeout(cora2, tmp_path):
         took = time.monotonic() - start
         text = log.read_text()
         assert code == 1, text[-3000:]
-        assert took < 5 + 10, took                        # --rpc-timeout 5, plus the grace
+        # --rpc-timeout 5, then rank 0 fails and the launcher ends the stopped rank (SIGCONT,
+        # SIGTERM): measured 5.4-5.8 s at load 10; the bound is the timeout plus 2 s.
+        assert took < 5 + 2, took
         assert "rank 1 stopped answering (process stopped, state T)" in text, text[-3000:]
-        assert wait_gone(ranks, 5) == []
+        assert alive(ranks) == []                         # reaped before the launcher exits
     finally:
         cleanup(proc, ranks)
 

@@ -1,6 +1,7 @@
 """prep partition --method multilevel: the range-CSR shuffle, cut against METIS, balance of every
 constraint, determinism across workers and range sizes, awkward graphs, the CLI."""
 
+import functools
 import json
 import os
 
@@ -18,6 +19,7 @@ from pipeline.partition.metis_method import (
     vertex_weights,
 )
 from pipeline.partition.multilevel import MultilevelPartitioner
+from pipeline.partition.multilevel.budget import MIN_EDGES
 from pipeline.partition.multilevel.symmetric import build_level0
 
 
@@ -113,14 +115,32 @@ def test_level0_is_the_symmetric_simple_graph(awkward, tmp_path):
     np.testing.assert_array_equal(np.asarray(level.vwgt())[:, 1], indeg)
 
 
-def cut_ratio(graph_dir, k, out, coarse_edges=None, range_size=4096, min_levels=1):
-    """Multilevel's cut over METIS's on ``graph_dir``; checks levels and balance."""
+@functools.lru_cache(maxsize=None)
+def undirected_edges(graph_dir: str) -> int:
+    """Edges of the symmetric simple graph (multilevel's level 0) of a chunked graph."""
+    xadj, _, _ = symmetric_csr(load_chunked_graph(graph_dir))
+    return int(xadj[-1]) // 2
+
+
+def assert_levels_forced(levels, budget, graph_dir):
+    """The levels (``[{"nodes", "edges"}]``, level 0 first) are what a coarse-edge budget
+    below the input's edges implies: level 0 is the whole symmetric simple graph, every level
+    but the last above the budget (so coarsening went on), the last within it (no stall), each
+    smaller than the one before; at least one coarsened level."""
+    edges = [level["edges"] for level in levels]
+    assert edges[0] == undirected_edges(str(graph_dir)) > budget, levels
+    assert len(edges) >= 2, levels
+    assert all(m > budget for m in edges[:-1]) and edges[-1] <= budget, levels
+    assert all(a > b for a, b in zip(edges, edges[1:])), levels
+
+
+def cut_ratio(graph_dir, k, out, coarse_edges, range_size=4096):
+    """Multilevel's cut over METIS's on ``graph_dir`` forced to ``coarse_edges``; checks the
+    levels and the balance."""
     ml = MultilevelPartitioner(range_size=range_size)
     parts = assign(ml, graph_dir, options(k, coarse_edges=coarse_edges), out / "ml")
     ref = assign(MetisPartitioner(), graph_dir, options(k), out / "metis")
-    assert len(ml.info["levels"]) >= min_levels           # coarsening really happened
-    if coarse_edges:
-        assert ml.info["coarse_edges"] <= coarse_edges
+    assert_levels_forced(ml.info["levels"], coarse_edges, graph_dir)
     assert max_imbalance(graph_dir, parts, (), k).max() <= 1.03 + 1e-9
     return cut_of(graph_dir, parts) / cut_of(graph_dir, ref)
 
@@ -135,34 +155,60 @@ def test_forced_coarsening_cut_close_to_metis(homo, hetero, powerlaw, tmp_path):
         m = sum(load_chunked_graph(str(g)).num_edges.values())
         assert m >= 10**5
         for k in (2, 4, 8):
-            ratios[name, k] = cut_ratio(g, k, tmp_path / f"{name}{k}",
-                                        max(10_000, m // 32), min_levels=3)
+            ratios[name, k] = cut_ratio(g, k, tmp_path / f"{name}{k}", max(10_000, m // 32))
     assert max(ratios.values()) <= 1.10, ratios
     assert np.exp(np.mean(np.log(list(ratios.values())))) <= 1.05, ratios
 
 
+# Multilevel's cut over METIS's with Cora/CiteSeer forced to 1000 coarse edges, as
+# bench_partition_families.py measured it (RESULTS.md, 2026-11-25; deterministic at seed 0,
+# reproduced at 2011d85). The bound is each ratio plus a margin of 0.05: enough for another
+# METIS build's few edges (CiteSeer's METIS cuts are 62 / 132 / 360), small enough that a
+# lost refinement or a worse hierarchy fails (without Jet: 1.13-1.38). CiteSeer k=4 is 1.23x
+# (30 edges) unless every round avoids saturated clusters, which costs 1.33x on the
+# 10^7-edge synth graph at k=2 (coarsen.py, SATURATION_TRIGGER).
+PLANETOID_FORCED = {("cora", 2): 1.051, ("cora", 4): 1.028, ("cora", 8): 0.985,
+                    ("citeseer", 2): 1.065, ("citeseer", 4): 1.227, ("citeseer", 8): 1.017}
+RATIO_MARGIN = 0.05
+
+
 @pytest.mark.parametrize("name", ["cora", "citeseer"])
 @pytest.mark.parametrize("k", [2, 4, 8])
-def test_cut_close_to_metis_on_planetoid(cora_chunked, citeseer_chunked, tmp_path, name, k):
+def test_forced_coarsening_on_planetoid_near_measured_cut(cora_chunked, citeseer_chunked,
+                                                          tmp_path, prep, name, k):
+    """Cora and CiteSeer through ``prep partition --coarse-edges 1000``. Their default budget
+    (``MIN_EDGES``) exceeds their edges, so only forcing makes multilevel coarsen them at all.
+    The levels its statistics record must be what forcing implies (``assert_levels_forced``),
+    the node balance within the default 3%, and the cut within the measured ratio to METIS
+    plus the margin."""
     g = cora_chunked if name == "cora" else citeseer_chunked
-    # At the default budget, as issue 18 asks: they are too small to coarsen.
-    assert cut_ratio(g, k, tmp_path / "default") <= 1.10
+    budget = 1000
+    prep("partition", g, tmp_path / "ml", "-p", k, "--method", "multilevel",
+         "--coarse-edges", budget)
+    stats = json.loads((tmp_path / "ml" / "partition_meta.json").read_text())["stats"]
+    assert stats["coarse_edge_budget"] == budget
+    assert_levels_forced(stats["levels"], budget, g)
+    assert stats["imbalance"]["nodes"] <= 1.03 + 1e-9, stats["imbalance"]
+    parts = np.load(tmp_path / "ml" / "_N.npy")
+    assert stats["edge_cut"] == cut_of(g, parts)
+    ref = assign(MetisPartitioner(), g, options(k), tmp_path / "metis")
+    ratio = cut_of(g, parts) / cut_of(g, ref)
+    assert ratio <= PLANETOID_FORCED[name, k] + RATIO_MARGIN, (ratio, stats["levels"])
 
 
-def test_forced_coarsening_on_planetoid_stays_near_metis(cora_chunked, citeseer_chunked,
-                                                         tmp_path):
-    """Cora and CiteSeer forced down to 1000 coarse edges anyway (several levels of
-    coarsening and refinement; issue 18 keeps them at the default budget, this is a sanity
-    check beyond it). Their METIS cuts are a few hundred edges (CiteSeer: 62 / 132 / 360, 438
-    components), so one case may swing by tens of edges: each <= 1.25x, geometric mean
-    <= 1.07x (measured 0.99-1.23, mean 1.06). CiteSeer k=4 is 1.23x (30 edges) unless every
-    round avoids saturated clusters, which costs 1.33x on the 10^7-edge synth graph at k=2
-    (coarsen.py, SATURATION_TRIGGER)."""
-    ratios = {(name, k): cut_ratio(g, k, tmp_path / f"{name}{k}", 1000, 1000, min_levels=2)
-              for name, g in (("cora", cora_chunked), ("citeseer", citeseer_chunked))
-              for k in (2, 4, 8)}
-    assert max(ratios.values()) <= 1.25, ratios
-    assert np.exp(np.mean(np.log(list(ratios.values())))) <= 1.07, ratios
+@pytest.mark.parametrize("name", ["cora", "citeseer"])
+def test_planetoid_at_the_default_budget_stays_metis(cora_chunked, citeseer_chunked,
+                                                     tmp_path, name):
+    """Issue 18: at the default budget (``MIN_EDGES`` coarse edges) Cora and CiteSeer are not
+    coarsened at all: multilevel is METIS on level 0 plus a balance pass, so its cut stays
+    within 1.10x of METIS's (measured 1.000 on both at k=4)."""
+    g = cora_chunked if name == "cora" else citeseer_chunked
+    ml = MultilevelPartitioner()
+    parts = assign(ml, g, options(4), tmp_path / "ml")
+    assert ml.info["coarse_edge_budget"] == MIN_EDGES and len(ml.info["levels"]) == 1
+    assert max_imbalance(g, parts, (), 4).max() <= 1.03 + 1e-9
+    ref = assign(MetisPartitioner(), g, options(4), tmp_path / "metis")
+    assert cut_of(g, parts) <= 1.10 * cut_of(g, ref)
 
 
 @pytest.mark.parametrize("k", [2, 4])

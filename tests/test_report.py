@@ -1,12 +1,17 @@
-"""``prep report``: a self-contained HTML page whose plots render, and whose cut matrix and
-degree histogram are the graph's own."""
+"""``prep report``: a self-contained HTML page whose plots render, whose cut matrix and
+degree histogram are the graph's own, and whose metrics sections plot what real trainer runs of
+both tasks (node classification, link prediction) wrote."""
 
 from __future__ import annotations
 
 import base64
+import html
 import json
+import os
 import re
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,7 +19,9 @@ import pytest
 from formats.partitioned import load_partitioned
 from pipeline.cluster import ClusterOptions, TaskRunner, dask_client
 from pipeline.report.profile import degree_bins, profile_partitioned
-from tests.conftest import dispatched, edges_of
+from tests.conftest import dispatched, edges_of, run_prep
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 pytest.importorskip("matplotlib")
 
@@ -50,17 +57,65 @@ def test_profile_is_the_graphs_own(scheduler, cora_chunked, cora_parts):
     assert sum(prof.edges) == len(src) and sum(prof.nodes["_N"]) == 2708
 
 
-def test_report_renders_every_kind(prep, cora_chunked, cora_parts, tmp_path):
-    metrics = tmp_path / "metrics.json"
-    epochs = [{"epoch": e, "loss": 1.5 / (e + 1), "train_acc": 0.5 + e / 10,
-               "val_acc": 0.45 + e / 12, "test_acc": 0.44 + e / 12,
-               "time_per_rank_s": {"sample_local": 1.0, "feature_fetch": 0.5,
-                                   "forward_backward": 2.0},
-               "time_by_rank_s": {"sample_local": [0.5, 1.5], "feature_fetch": [0.5, 0.5],
-                                  "forward_backward": [1.0, 3.0], "epoch_s": [3.0, 5.0]}}
-              for e in range(4)]
-    metrics.write_text(json.dumps({"config": {"epochs": 4}, "epochs": epochs,
-                                   "summary": {"best_epoch": 3, "test_acc": 0.69}}))
+@pytest.fixture(scope="module")
+def trained(scheduler, cora_chunked, cora_parts, tmp_path_factory):
+    """``--metrics-out`` files of real short runs (2 epochs, both trainers at once): node
+    classification on the 3 METIS parts, and ``--task link`` on Cora split by ``prep
+    split-edges`` (1 part). ``{"node": path, "link": path}``."""
+    root = tmp_path_factory.mktemp("rep-train")
+    run_prep(scheduler, "split-edges", cora_chunked, root / "s", "--etype", "_N:_E:_N")
+    runs = {"node": [cora_parts],
+            "link": [dispatched(scheduler, root / "s", root / "ld", 1), "--task", "link"]}
+    procs = {task: subprocess.Popen(
+        [sys.executable, "-m", "trainer", "--graph", *map(str, args), "--epochs", "2",
+         "--fanouts", "5,5", "--threads", "1", "--no-progress", "--metrics-out",
+         str(root / f"{task}.json"), "--checkpoint-dir", str(root / f"ckpt-{task}")],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for task, args in runs.items()}
+    for task, proc in procs.items():
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, (task, err[-3000:])
+    return {task: root / f"{task}.json" for task in runs}
+
+
+@pytest.fixture
+def plotted(monkeypatch):
+    """The (title, metric names) of every curve figure the report draws, in order."""
+    from pipeline.report import plots
+
+    drawn, curves = [], plots.curves
+
+    def record(epochs, names, title):
+        drawn.append((title, list(names)))
+        return curves(epochs, names, title)
+    monkeypatch.setattr(plots, "curves", record)
+    return drawn
+
+
+def _metrics_section(page: str) -> str:
+    (sec,) = re.findall(r'<section class="metrics">.*?</section>', page, re.S)
+    return sec
+
+
+def _alts(sec: str) -> list[str]:
+    return re.findall(r'<img alt="([^"]+)"', sec)
+
+
+def _metric_rows(sec: str) -> dict[str, list[str]]:
+    """The metric table of the section's text: ``{name: [best, final]}``."""
+    text = html.unescape(re.search(r"<pre>(.*?)</pre>", sec, re.S).group(1))
+    rows = {}
+    for line in text.splitlines():
+        cells = line.split()
+        if len(cells) == 3 and re.search(r"loss|acc|auc|mrr|hits", cells[0]):
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_report_renders_every_kind(prep, cora_chunked, cora_parts, trained, plotted,
+                                   tmp_path):
+    """All four kinds in one page; the metrics are a real node-classification run's."""
+    metrics = trained["node"]
     out = tmp_path / "report.html"
     d = str(cora_parts).rsplit("/", 1)[0]
     prep("report", d, d.replace("/d", "/d-a"), metrics, cora_chunked, "--out", out)
@@ -73,6 +128,40 @@ def test_report_renders_every_kind(prep, cora_chunked, cora_parts, tmp_path):
     assert all(size > 8000 and w >= 300 and h >= 250 for size, w, h in pngs)
     for path in (d, metrics, cora_chunked):
         assert f": {path}</h2>" in page
+    sec = _metrics_section(page)
+    assert _alts(sec) == ["loss", "metrics", "time per rank", "time by rank"]
+    assert plotted == [("Training loss", ["loss"]),
+                       ("Metrics", ["test_acc", "train_acc", "val_acc"])]
+    data = json.loads(metrics.read_text())
+    assert re.search(r"task +node\n", sec) and len(data["epochs"]) == 2
+    last = data["epochs"][-1]
+    assert len(last["time_by_rank_s"]["epoch_s"]) == 3                 # one bar per rank
+    rows = _metric_rows(sec)
+    assert set(rows) == {"loss", "train_acc", "val_acc", "test_acc"}
+    assert rows["test_acc"][1] == f"{last['test_acc']:.4f}"            # the file's own value
+
+
+def test_report_of_a_link_prediction_run(prep, trained, plotted, tmp_path):
+    """A real ``--task link`` metrics file: its AUC, MRR and Hits@k curves (no accuracy),
+    the loss and both time figures, and its table with the file's values."""
+    metrics = trained["link"]
+    out = tmp_path / "link.html"
+    prep("report", metrics, "--out", out)
+    page = out.read_text()
+    assert re.findall(r'<section class="(\w+)">', page) == ["metrics"]
+    sec = _metrics_section(page)
+    assert _alts(sec) == ["loss", "metrics", "time per rank", "time by rank"]
+    assert all(size > 8000 and w >= 300 and h >= 250 for size, w, h in _pngs(page))
+    data = json.loads(metrics.read_text())
+    last = data["epochs"][-1]
+    expect = sorted(k for k in last if re.fullmatch(r"(val|test)_(auc|mrr|hits@\d+)", k))
+    assert {"val_auc", "test_auc", "val_mrr", "test_mrr"} <= set(expect)
+    assert plotted == [("Training loss", ["loss"]), ("Metrics", expect)]
+    assert re.search(r"task +link\n", sec)
+    rows = _metric_rows(sec)
+    assert set(rows) == {"loss", *expect}
+    for name in ("test_auc", "test_mrr"):
+        assert rows[name][1] == f"{last[name]:.4f}", (name, rows[name])
 
 
 def test_report_of_a_missing_path_exits_2(prep, tmp_path):

@@ -10,9 +10,10 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
-from conftest import dispatched
+from conftest import dispatched, node_data_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,6 +26,25 @@ def cora(scheduler, cora_chunked, tmp_path_factory):
             2: dispatched(scheduler, cora_chunked, root / "d2", 2, "--method", "metis",
                           "--balance", "train"),
             3: dispatched(scheduler, cora_chunked, root / "d3", 3, "--method", "random")}
+
+
+def majority_rate(chunked, ntype="_N") -> float:
+    """Chance as a one-class predictor scores it: the majority class's share of the test set."""
+    test = node_data_of(chunked, ntype, "test_mask").astype(bool)
+    counts = np.bincount(node_data_of(chunked, ntype, "label")[test])
+    return counts.max() / test.sum()
+
+
+@pytest.fixture(scope="module")
+def cora_chance(cora_chunked) -> float:
+    """Cora's test majority-class rate: 0.319 (class 3, 319 of 1000)."""
+    return majority_rate(cora_chunked)
+
+
+# Short runs (2 epochs) must beat chance by this much. They reach 0.72-0.79 on Cora (seeds 0-2,
+# all three configurations below), so chance + 0.3 = 0.62 holds with room, while a one-class
+# predictor (0.319) or a model that barely learns fails.
+SHORT_RUN_MARGIN = 0.3
 
 
 def train(graph, tmp_path, *args, name="m", timeout=300):
@@ -47,7 +67,8 @@ def test_cora_two_parts_two_ranks_beats_075_and_reproduces(cora, tmp_path):
     first, m1, _ = train(cora[2], tmp_path, *CORA, name="a")
     assert first.returncode == 0, first.stderr[-3000:]
     summary = m1["summary"]
-    assert summary["test_acc"] >= 0.75, summary                    # chance is ~0.14-0.32
+    # Chance (cora_chance) is 0.319, so 0.75 is chance + 0.43; 12 epochs measured 0.803.
+    assert summary["test_acc"] >= 0.75, summary
     assert "test accuracy" in first.stdout
     epoch = m1["epochs"][-1]
     assert epoch["train_nodes"] == 140 and epoch["test_nodes"] == 1000
@@ -75,23 +96,28 @@ def test_resume_continues_exactly(cora, tmp_path):
     assert [e["loss"] for e in resumed["epochs"]] == [e["loss"] for e in whole["epochs"]]
 
 
-def test_uneven_parts_and_ranks_per_part_complete_with_every_seed(cora, tmp_path):
+def test_uneven_parts_and_ranks_per_part_complete_with_every_seed(cora, cora_chance, tmp_path):
     """3 random parts hold different train counts: with batch 7 ranks run different batch
-    counts; DDP Join must neither hang nor drop a seed."""
+    counts; DDP Join must neither hang nor drop a seed, and the model still learns (measured
+    0.785 after 2 epochs)."""
     proc, metrics, _ = train(cora[3], tmp_path, "--fanouts", "5,5", "--batch-size", 7,
                              "--epochs", 2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     epoch = metrics["epochs"][-1]
     assert epoch["train_nodes"] == 140
     assert epoch["batches_total"] < 3 * epoch["batches_max_rank"]   # uneven across ranks
-    assert metrics["summary"]["test_acc"] > 0.3
+    assert metrics["summary"]["test_acc"] >= cora_chance + SHORT_RUN_MARGIN, metrics["summary"]
 
 
-def test_two_ranks_share_one_part(cora, tmp_path):
+def test_two_ranks_share_one_part(cora, cora_chance, tmp_path):
+    """Two ranks split one part's seeds: every seed trained once, and the model learns
+    (measured 0.776 after 2 epochs)."""
     proc, metrics, _ = train(cora[1], tmp_path, "--ranks-per-part", 2,
                              "--fanouts", "5,5", "--batch-size", 16, "--epochs", 2)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert metrics["epochs"][-1]["train_nodes"] == 140
+    epoch = metrics["epochs"][-1]
+    assert epoch["train_nodes"] == 140 and len(epoch["time_by_rank_s"]["epoch_s"]) == 2
+    assert metrics["summary"]["test_acc"] >= cora_chance + SHORT_RUN_MARGIN, metrics["summary"]
 
 
 @pytest.mark.parametrize("mode", ["raise", "kill", "hang"])
@@ -116,7 +142,9 @@ def test_heterogeneous_graph_trains_well_above_chance(mag_parts, tmp_path):
     proc, metrics, _ = train(mag_parts[1], tmp_path, "--epochs", 3,
                              "--fanouts", "10,5")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert metrics["summary"]["test_acc"] > 0.5                      # 8 classes: chance 0.125
+    chance = majority_rate(mag_parts[0], "paper")                    # 8 classes
+    # 0.1375 here; measured 0.81 after 3 epochs.
+    assert chance < 0.2 and metrics["summary"]["test_acc"] >= chance + 0.4, metrics["summary"]
 
 
 def test_bad_options_fail_before_launch(cora, tmp_path):

@@ -27,13 +27,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-<<<<<<< HEAD
-from common import (add_graph_options, fresh_cluster, graph_spec, run_baseline,  # noqa: E402
-                    sampled_peaks_mb, start_memory_sampler, timer, worker_peak_rss_mb)
-=======
-from common import (fresh_cluster, parse_args, run_baseline, sampled_peaks_mb,  # noqa: E402
-                    start_memory_sampler, timer, worker_peak_rss_mb)
->>>>>>> issue29-bench
+from common import (add_graph_options, fresh_cluster, graph_spec, parse_args,  # noqa: E402
+                    run_baseline, sampled_peaks_mb, start_memory_sampler, timer,
+                    worker_peak_rss_mb)
 
 import psutil  # noqa: E402
 
@@ -105,13 +101,9 @@ def main():
                     help="multilevel budget (default: derived from memory)")
     ap.add_argument("--methods", default="random,metis,multilevel,forced,direct",
                     help="forced: multilevel with --coarse-edges max(10^4, edges/32)")
-<<<<<<< HEAD
     add_graph_options(ap)
-    args = ap.parse_args()
-=======
     # --quick: 10^5 edges, above the budget's 10^4 floor, so that multilevel coarsens.
     args = parse_args(ap, {"edges": 10**5, "parts": "2"})
->>>>>>> issue29-bench
     tmp = tempfile.mkdtemp(prefix="bench_partition_")
     try:
         graph = os.path.join(tmp, "graph")

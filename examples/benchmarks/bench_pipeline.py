@@ -1,20 +1,13 @@
 """Benchmark of the whole preparation pipeline; prints one JSON object.
 
 synth (the chunk step) -> partition (--method, default random; 4 parts) -> dispatch -> verify on
-<<<<<<< HEAD
 a synth graph of 10^7 edges (and 10^8 with --large; only 10^9 with --huge; ``--graph rmat``:
 Graph500's R-MAT of about as many edges, ``--scale``/``--edge-factor`` to fix the first):
 seconds, edges/s per step, peak RSS per worker (fresh workers per step), disk used (and the peak
 of each step's writes, intermediate files included), output size. Baseline in the same run: an
 in-memory single-process route (load all edges and node data, numpy argsort relabel, write the
 same part files).
-=======
-a synth graph of 10^7 edges (and 10^8 with --large; only 10^9 with --huge): seconds, edges/s
-per step, peak RSS per worker (fresh workers per step), disk used (and the peak of each step's
-writes, intermediate files included), output size. Baseline in the same run: an in-memory single-process route
-(load all edges and node data, numpy argsort relabel, write the same part files).
 ``--quick``: 10^4 edges (seconds; for the test suite).
->>>>>>> issue29-bench
 """
 
 from __future__ import annotations
@@ -28,13 +21,9 @@ import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(__file__))
-<<<<<<< HEAD
-from common import (add_graph_options, fresh_cluster, graph_spec, run_baseline,  # noqa: E402
-                    sampled_peaks_mb, start_memory_sampler, timer, worker_peak_rss_mb)
-=======
-from common import (fresh_cluster, parse_args, run_baseline, sampled_peaks_mb,  # noqa: E402
-                    start_memory_sampler, timer, worker_peak_rss_mb)
->>>>>>> issue29-bench
+from common import (add_graph_options, fresh_cluster, graph_spec, parse_args,  # noqa: E402
+                    run_baseline, sampled_peaks_mb, start_memory_sampler, timer,
+                    worker_peak_rss_mb)
 
 from dispatch.job import run_dispatch  # noqa: E402
 from dispatch.verify import run_verify  # noqa: E402
@@ -181,14 +170,10 @@ def main():
                          "~40 GB); needs ~60 GB of free disk")
     ap.add_argument("--parts", type=int, default=4)
     ap.add_argument("--method", default="random", help="partition method")
-<<<<<<< HEAD
     add_graph_options(ap)
-    args = ap.parse_args()
-=======
     args = parse_args(ap, {"edges": 10**4})
     if args.quick and args.huge:
         ap.error("--huge is 10^9 edges whatever --quick says: give one of them")
->>>>>>> issue29-bench
     tmp = tempfile.mkdtemp(prefix="bench_pipeline_", dir=os.getcwd())
     try:
         if args.huge:

@@ -53,7 +53,10 @@ def rebalance(parts: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, weights: 
         cand = np.flatnonzero((parts == p) & (weights[:, c] > 0))
         conn = _neighbour_part_counts(cand, parts, xadj, adjncy, num_parts, adjwgt)
         room = caps[None, :] - loads                                # [P, ncon]
-        fits = (weights[cand][:, None, :] <= room[None, :, :]).all(axis=2)
+        # A constraint the node carries no weight in never blocks it: the target may be over
+        # it (a node of no in-edges adds no edges), as in the multilevel passes.
+        w_c = weights[cand][:, None, :]
+        fits = ((w_c <= room[None, :, :]) | (w_c == 0)).all(axis=2)
         fits[:, p] = False
         gain = np.where(fits, conn - conn[:, [p]], np.iinfo(np.int64).min)
         target = gain.argmax(axis=1)
@@ -62,8 +65,9 @@ def rebalance(parts: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, weights: 
         for q in range(num_parts):  # fill each target up to its room, best gain first
             mine = np.flatnonzero(ok & (target == q))
             mine = mine[np.argsort(-gain[mine, q], kind="stable")]
+            total = np.cumsum(weights[cand[mine]], axis=0)
             w = weights[cand[mine]]
-            fit = (np.cumsum(w, axis=0) <= room[q]).all(axis=1)
+            fit = ((total <= room[q]) | (total == 0)).all(axis=1)
             take = np.cumsum(w[:, c]) - w[:, c] < excess - moved
             chosen = mine[fit & take]
             parts[cand[chosen]] = q

@@ -19,7 +19,7 @@ from ..cluster import ClusterOptions, TaskRunner, dask_client
 from formats.guard import OutputLock, guarded_output
 from ..step import up_to_date
 from .auto import choose_for
-from .base import PartitionOptions
+from .base import PartitionOptions, default_balance
 from .metis_method import MetisPartitioner
 from .multilevel import MultilevelPartitioner
 from .random_method import RandomPartitioner
@@ -38,6 +38,10 @@ def run_partition(chunked: str, out: str, method: str, options: PartitionOptions
     Returns the assignment's metadata (None when ``out`` is already up to date).
     """
     graph = load_chunked_graph(chunked)
+    if options.balance is None:
+        # the method's default, resolved here so the manifest (and so partition_meta.json's
+        # options) records what was balanced, and an explicit equal --balance is the same work
+        options = dataclasses.replace(options, balance=default_balance(graph, method))
     fp = fingerprint(chunked)
     opts = {k: v for k, v in dataclasses.asdict(options).items() if k != "seed"}
     opts.update(method=method, dgl_compat=dgl_compat)
@@ -54,7 +58,7 @@ def _partition_into(output: AtomicOutput, graph, fp: str, manifest: dict, method
     with output as tmp, dask_client(cluster) as client:
         runner = TaskRunner(client, cluster.progress)
         # auto: metis or multilevel, by metis's estimated memory against the workers' (auto.py)
-        choice = choose_for(graph, runner) if method == "auto" else None
+        choice = choose_for(graph, runner, options.balance) if method == "auto" else None
         partitioner = PARTITIONERS[choice.method if choice else method]()
         algo = partitioner.assign(graph, options, runner, tmp)
         meta = AssignmentMeta(options.num_parts, algo, graph.graph_name, options.seed, fp,

@@ -294,6 +294,10 @@ def partition(chunked, out, num_parts, method, coarse_edges, balance, objective,
     """Partition the chunked graph CHUNKED into the assignment folder OUT: a partition id per
     node of every type, plus statistics (edge cut, per-part nodes/edges/splits/halo, imbalance)
     printed as a table and stored in OUT/partition_meta.json.
+
+    Whatever the method, a part holding more than 1.5x the mean of the edges or of the
+    training nodes is warned about (at default verbosity, and in the statistics that prep
+    inspect and prep report show), with the option that fixes it.
     """
     from .partition import format_table, run_stats
 

@@ -23,6 +23,7 @@ from .base import PartitionOptions, default_balance
 from .metis_method import MetisPartitioner
 from .multilevel import MultilevelPartitioner
 from .random_method import RandomPartitioner
+from ..workload import made_with, work_warnings
 from .stats import format_table, partition_stats
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,8 @@ def _partition_into(output: AtomicOutput, graph, fp: str, manifest: dict, method
         assignment = load_assignment(tmp, graph)          # checks lengths and ranges
         stats = partition_stats(graph, assignment, runner)
         stats.update(getattr(partitioner, "info", {}))
+        stats["warnings"] = work_warnings(stats, choice.method if choice else method,
+                                          options.balance)
         if choice is not None:
             stats["auto"] = {"chosen": choice.method, "reason": choice.describe(),
                              "metis_peak_bytes": choice.metis_peak_bytes,
@@ -80,7 +83,14 @@ def _partition_into(output: AtomicOutput, graph, fp: str, manifest: dict, method
             write_dgl_txt(tmp, graph.node_types)
         write_json(os.path.join(tmp, MANIFEST), manifest)
         output.commit()
+    log_warnings(stats)
     return meta
+
+
+def log_warnings(stats: dict) -> None:
+    """The statistics' warnings, at default verbosity."""
+    for warning in stats.get("warnings", []):
+        log.warning("%s", warning)
 
 
 # algo_name values DGL's partition tools accept (tools/partition_algo/base.py)
@@ -103,7 +113,9 @@ def run_stats(chunked: str, assignment_dir: str, cluster: ClusterOptions) -> dic
     assignment = load_assignment(assignment_dir, graph)
     with OutputLock(assignment_dir), dask_client(cluster) as client:
         stats = partition_stats(graph, assignment, TaskRunner(client, cluster.progress))
+        stats["warnings"] = work_warnings(stats, *made_with(assignment.meta))
         write_meta(assignment_dir, dataclasses.replace(assignment.meta, stats=stats))
+    log_warnings(stats)
     return stats
 
 

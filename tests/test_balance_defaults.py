@@ -22,7 +22,9 @@ from conftest import edges_of, node_data_of, run_prep
 from formats import load_chunked_graph
 
 IMBALANCE = 0.03            # --imbalance's default
-TOLERANCE = 0.01            # multilevel's balance pass may end a hair over a cap
+# metis's rebalance pass enforces the caps; multilevel's balance pass may end a hair over one
+# (it warns then), though none of these graphs needs it
+TOLERANCE = {"metis": 1e-9, "multilevel": 0.005, "auto": 1e-9}
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +100,7 @@ def test_default_balances_nodes_edges_and_train_on_rmat(rmat, tmp_path, prep, me
     r = prep("partition", rmat, tmp_path / "a", "-p", 4, "--method", method)
     imb = measured(rmat, tmp_path / "a", 4)
     assert set(imb) == {"nodes[_N]", "edges", "train"}
-    assert max(imb.values()) <= 1 + IMBALANCE + TOLERANCE, imb
+    assert max(imb.values()) <= 1 + IMBALANCE + TOLERANCE[method], imb
     meta = meta_of(tmp_path / "a")
     # what was balanced is recorded (the default resolved against the graph)
     assert meta["options"]["balance"] == ["ntypes", "train", "edges"]
@@ -112,16 +114,31 @@ def test_default_balances_every_type_edges_and_train_hetero(hetero, tmp_path, pr
     imb = measured(hetero, tmp_path / "a", 4)
     assert set(imb) == {"nodes[paper]", "nodes[author]", "nodes[institution]",
                         "nodes[field_of_study]", "edges", "train"}
-    assert max(imb.values()) <= 1 + IMBALANCE + TOLERANCE, imb
+    assert max(imb.values()) <= 1 + IMBALANCE + TOLERANCE[method], imb
     assert meta_of(tmp_path / "a")["options"]["balance"] == ["ntypes", "train", "edges"]
     assert "WARNING" not in r.output
+
+
+@pytest.mark.parametrize("method", ["metis", "multilevel"])
+def test_edges_weigh_a_node_by_its_in_degree(tmp_path, prep, method):
+    """A part's edges are its nodes' in-edges: on an R-MAT graph whose in-degrees are far more
+    skewed than its out-degrees (initiator c > b: top in-degree ~6x the top out-degree),
+    balancing by out-degree would leave the owned edges ~1.2 apart."""
+    g = tmp_path / "g"
+    prep("synth", g, "--generator", "rmat", "--scale", 12, "--rmat-abc", "0.57,0.13,0.25",
+         "--seed", 3)
+    src, dst = edges_of(g)
+    assert np.bincount(dst).max() > 4 * np.bincount(src).max()
+    prep("partition", g, tmp_path / "a", "-p", 4, "--method", method)
+    imb = measured(g, tmp_path / "a", 4)
+    assert max(imb.values()) <= 1 + IMBALANCE + TOLERANCE[method], imb
 
 
 def test_auto_uses_the_same_default(rmat, tmp_path, prep):
     prep("partition", rmat, tmp_path / "a", "-p", 4, "--method", "auto")
     meta = meta_of(tmp_path / "a")
     assert meta["options"]["balance"] == ["ntypes", "train", "edges"]
-    assert max(measured(rmat, tmp_path / "a", 4).values()) <= 1 + IMBALANCE + TOLERANCE
+    assert max(measured(rmat, tmp_path / "a", 4).values()) <= 1 + IMBALANCE + TOLERANCE["auto"]
 
 
 def test_default_is_the_same_work_as_its_explicit_constraints(rmat, tmp_path, prep):

@@ -4,8 +4,9 @@
 The estimate is the memory model's (``pipeline/estimate.py``, also behind the multilevel
 budget): ``--method metis`` peaks at about ``METIS_BYTES_PER_EDGE`` (270) bytes per input edge in
 its one task (measured: 2,658 MB at 10^7 edges, node counts balanced), plus
-``METIS_PER_NODE_CONSTRAINT`` bytes per node for each further balance constraint (the default
-``--balance`` has two or three: edges, training nodes, one per node type). The budget is ``SHARE`` of the smallest Dask worker memory
+``METIS_PER_NODE_CONSTRAINT`` bytes per node for each further vertex-weight column (the default
+``--balance`` adds two, edges and train, and on a heterogeneous graph one per node type). The
+budget is ``SHARE`` of the smallest Dask worker memory
 limit (the embedded cluster's default limit is the machine's memory divided among its workers),
 or of this machine's memory when the workers have no limit. ``SHARE`` stays below Dask's pause
 threshold (80% of the limit) with room for the worker's own baseline.

@@ -40,7 +40,8 @@ from .profile import profile_partitioned
 GENERATOR = '<meta name="generator" content="graphprep prep report">'
 STYLE = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
 pre{background:#f6f6f6;padding:.8em;overflow-x:auto;font-size:12px}
-img{max-width:100%;display:block;margin:.6em 0}.warning{color:#a30;font-weight:bold}section{border-top:1px solid #ccc;margin-top:2em}"""
+img{max-width:100%;display:block;margin:.6em 0}section{border-top:1px solid #ccc;margin-top:2em}
+.warning{color:#a30;font-weight:bold}"""
 
 
 def _img(png: bytes, alt: str) -> str:

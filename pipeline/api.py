@@ -142,12 +142,17 @@ def _graph_result(out: str, graph, **extra) -> GraphResult:
     return GraphResult(out, graph, **extra)
 
 
-def balance_constraints(balance: str | tuple[str, ...], method: str) -> tuple[str, ...]:
+def balance_constraints(balance: str | tuple[str, ...] | None, method: str
+                        ) -> tuple[str, ...] | None:
     """``--balance`` (comma-separated, or a tuple) as a tuple of known constraint names for
-    ``method``; raises ``FormatError`` naming the option for an unknown name, or any
-    constraint with ``random``."""
+    ``method``; None (not given) stays None: the method's default, resolved against the graph
+    by the partition step (``ntypes,edges`` plus ``train`` where there are training nodes for
+    metis, multilevel and auto; none for random). Raises ``FormatError`` naming the option
+    for an unknown name, or any constraint with ``random``."""
     from .partition.base import BALANCE_KEYS
 
+    if balance is None:
+        return None
     balance = tuple(balance.split(",") if isinstance(balance, str) else balance)
     balance = tuple(k for k in balance if k)
     unknown = [k for k in balance if k not in BALANCE_KEYS]
@@ -161,12 +166,15 @@ def balance_constraints(balance: str | tuple[str, ...], method: str) -> tuple[st
 
 
 def partition(chunked: str, out: str, *, num_parts: int, method: str = "random",
-              coarse_edges: int | None = None, balance: tuple[str, ...] = (),
+              coarse_edges: int | None = None, balance: tuple[str, ...] | None = None,
               objective: str = "cut", imbalance: float = 0.03, seed: int = 0,
               dgl_compat: bool = False, overwrite: bool = False, client=None,
               **cluster) -> AssignmentResult:
     """A partition id per node of every type of ``chunked`` into the assignment folder ``out``
-    (see ``prep partition --help`` for the methods and what each holds in memory)."""
+    (see ``prep partition --help`` for the methods and what each holds in memory).
+    ``balance`` None: the method's default (metis, multilevel, auto: node counts per type,
+    edges, and training nodes where there are any; ``("ntypes",)``: node counts only). The
+    statistics' ``warnings`` name an edge or train imbalance over 1.5 (also logged)."""
     from .partition import PartitionOptions, run_partition
 
     balance = balance_constraints(balance, method)

@@ -253,16 +253,25 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
                    "pymetis on the whole graph in one task (holds its CSR: see docs). "
                    "multilevel: coarsen range by range, METIS on the coarse graph, Jet "
                    "refinement back up (never holds the graph). auto (use it for big "
-                   "graphs): metis when its estimated peak (~270 B per edge) fits in 60% of "
-                   "the smallest worker memory limit, else multilevel; the choice is logged "
-                   "and stored in the statistics.")
+                   "graphs): metis when its estimated peak (~270 B per edge, plus a little per "
+                   "node for each --balance constraint) fits in 60% of the smallest worker "
+                   "memory limit, else multilevel; the choice is logged and stored in the "
+                   "statistics. metis, multilevel and auto balance edges and training nodes "
+                   "by default (--balance).")
 @click.option("--coarse-edges", type=click.IntRange(1), default=None, metavar="EDGES",
               help="multilevel: coarsen until at most EDGES edges are left. Default: derived "
                    "from memory (a quarter of what --method metis would need, at most 10^6 so "
                    "the worker peak stays flat, within half the worker memory limit); logged.")
-@click.option("--balance", default="", metavar="ntypes,train,edges",
-              help="METIS balance constraints: node counts per type, train_mask counts, "
-                   "in-degree (edges). Default: node counts.")
+@click.option("--balance", default=None, metavar="ntypes,train,edges",
+              help="metis/multilevel/auto: what each part gets an even share of, within "
+                   "--imbalance (METIS multi-constraint vertex weights). ntypes: nodes (of "
+                   "each type); edges: edges (a part keeps every edge with its destination, "
+                   "so a node weighs its in-degree); train: train_mask nodes. Default: "
+                   "ntypes,edges, plus train where the graph has training nodes, because a "
+                   "part's work in sampling and training is its edges and its training "
+                   "seeds, not its node count: on a power-law graph, nodes alone leave one "
+                   "part most of the edges. --balance ntypes balances nodes only (the "
+                   "default before). random takes none: it deals out nodes evenly.")
 @click.option("--objective", type=click.Choice(["cut", "vol"]), default="cut",
               help="METIS objective: edge cut or communication volume.")
 @click.option("--imbalance", type=FiniteFloat(0.001, 1.0), default=0.03,
@@ -285,6 +294,10 @@ def partition(chunked, out, num_parts, method, coarse_edges, balance, objective,
     """Partition the chunked graph CHUNKED into the assignment folder OUT: a partition id per
     node of every type, plus statistics (edge cut, per-part nodes/edges/splits/halo, imbalance)
     printed as a table and stored in OUT/partition_meta.json.
+
+    Whatever the method, a part holding more than 1.5x the mean of the edges or of the
+    training nodes is warned about (at default verbosity, and in the statistics that prep
+    inspect and prep report show), with the option that fixes it.
     """
     from .partition import format_table, run_stats
 

@@ -28,10 +28,16 @@ WORKER_IDLE = 94 * MB           # before them (metis's one task is measured from
 METIS_CALIBRATION_EDGES = 10**7
 METIS_BYTES_PER_EDGE = 270
 METIS_PER_EDGE = METIS_BYTES_PER_EDGE - round(WORKER_IDLE / METIS_CALIBRATION_EDGES)   # 260
+# Each balance constraint beyond the first (the calibration balanced node counts only) adds a
+# vertex-weight column: 8 B per node in our [n, ncon] weights, plus METIS's copies of it on its
+# coarse levels (and for "edges" our in-degree array). Measured on one METIS task at 10^6 and
+# 2x10^6 nodes (10^6 edges; ru_maxrss with 1-3 columns): 20-40 B per node per column.
+METIS_PER_NODE_CONSTRAINT = 32
 RANDOM_SLICE = 4 << 20          # --method random: node IDs per task
 LEVEL_ENTRY = 90                # multilevel: bytes per stored edge entry of a range task
 COARSE_EDGE = 300               # multilevel: bytes per edge of the coarsest graph's task
 MAPPED_PER_NODE = 16            # multilevel: per-node mapped pages a range task touches
+MAPPED_PER_CONSTRAINT = 8       # ... per extra constraint: its cluster weights (read at random)
 CHUNK_EDGE = 60                 # a task holding one edge chunk: bytes per row
 PART_NODE = 30                  # dispatch build: bytes per owned node (IDs, halo, offsets)
 BUILD_BUFFERS = 40 * MB         # dispatch build: one destination sub-range's buffers
@@ -63,27 +69,44 @@ def _sizes(graph: ChunkedGraph) -> tuple[int, int, int]:
     return nodes, edges, chunk
 
 
-def estimate_partition(graph: ChunkedGraph, method: str, num_parts: int, balance=(),
+def metis_peak_bytes(edges: int, nodes: int = 0, ncon: int = 1) -> int:
+    """``--method metis``'s peak per worker, its idle worker included (``--method auto``'s
+    estimate): ``METIS_BYTES_PER_EDGE`` per input edge, plus ``METIS_PER_NODE_CONSTRAINT`` per
+    node for each vertex-weight column beyond the first."""
+    return (METIS_BYTES_PER_EDGE * int(edges) +
+            METIS_PER_NODE_CONSTRAINT * int(nodes) * max(int(ncon) - 1, 0))
+
+
+def estimate_partition(graph: ChunkedGraph, method: str, num_parts: int, balance=None,
                        coarse_edges: int | None = None, worker_bytes: int | None = None,
                        range_size: int = 1 << 17) -> Estimate:
     """The estimate of ``prep partition`` with these options; ``auto`` is resolved as the
-    step would resolve it for workers of ``worker_bytes``."""
+    step would resolve it for workers of ``worker_bytes``. ``balance`` None: the method's
+    default (``default_balance``, from the metadata: a train_mask field counts)."""
     from .partition.auto import choose
+    from .partition.base import default_balance, num_constraints
     from .partition.multilevel.budget import derive_budget
     from .partition.multilevel.method import MAX_RANGES
 
     nodes, edges, chunk = _sizes(graph)
+    if balance is None:
+        balance = default_balance(graph, method, read_masks=False)
+    ncon = num_constraints(graph, tuple(balance))
     label = method
     if method == "auto":
-        method = choose(edges, worker_bytes).method
+        method = choose(edges, worker_bytes, nodes, ncon).method
         label = f"auto -> {method}"
     output = nodes * 4
     if method == "random":
         return Estimate("partition", label, WORKER_BASE + min(nodes, RANDOM_SLICE) * 24, 0,
                         output, f"a slice of up to {RANDOM_SLICE:,} node IDs")
     if method == "metis":
-        return Estimate("partition", label, WORKER_IDLE + METIS_PER_EDGE * edges, 0, output,
-                        f"the whole graph in one task, {METIS_PER_EDGE} B per edge")
+        per_node = METIS_PER_NODE_CONSTRAINT * (ncon - 1)
+        return Estimate("partition", label,
+                        WORKER_IDLE + METIS_PER_EDGE * edges + per_node * nodes, 0, output,
+                        f"the whole graph in one task, {METIS_PER_EDGE} B per edge"
+                        + (f" + {per_node} B per node for {ncon} balance constraints"
+                           if per_node else ""))
     ranges = -(-nodes // max(range_size, -(-nodes // MAX_RANGES)))
     per_range = 2 * edges // max(ranges, 1)
     coarse = derive_budget(edges, worker_bytes, coarse_edges).edges
@@ -91,10 +114,10 @@ def estimate_partition(graph: ChunkedGraph, method: str, num_parts: int, balance
              "the coarsest graph's task": coarse * COARSE_EDGE,
              "an input chunk's task": chunk * CHUNK_EDGE}
     biggest = max(tasks, key=tasks.get)
-    ncon = 1 + len(tuple(balance))
     scratch = edges * (16 + 8) + nodes * 8 * (ncon + 6)
+    mapped = MAPPED_PER_NODE + MAPPED_PER_CONSTRAINT * (ncon - 1)
     return Estimate("partition", label,
-                    WORKER_BASE + tasks[biggest] + nodes * MAPPED_PER_NODE, scratch, output,
+                    WORKER_BASE + tasks[biggest] + nodes * mapped, scratch, output,
                     f"{biggest}: {per_range:,} entries per range, coarse budget {coarse:,} "
                     f"edges, plus mapped per-node pages")
 

@@ -28,6 +28,7 @@ from formats.output import MANIFEST, side_paths
 from formats.partitioned import GRAPH_JSON, load_partitioned
 from formats.schema import METADATA, ChunkFiles
 from formats.storage import exists, is_url, join, open_file, read_text, size
+from .workload import made_with, work_warnings
 
 KINDS = ("chunked", "assignment", "partitioned", "metrics")
 EXPECTED = ("a chunked graph folder (metadata.json), a partition assignment folder "
@@ -278,9 +279,10 @@ def describe_assignment(root: str) -> dict:
     input_fingerprint, format_version, options, manifest, files: [{node_type, file, dtype,
     length, bytes}], stats}``; ``stats`` is None when partition_meta.json has none (DGL's
     files), else ``{num_edges, edge_cut, cut_ratio, imbalance, parts: [{part, nodes {ntype: n},
-    edges, train, val, test, halo {ntype: n}}], metis_edge_cut, csr_bytes, multilevel, auto}``
-    (``multilevel``: ``levels``, ``coarse_edge_budget``, ``budget``, the coarsest graph's
-    size and METIS cut; None for other methods). Holds partition_meta.json only.
+    edges, train, val, test, halo {ntype: n}}], metis_edge_cut, csr_bytes, multilevel, auto,
+    warnings}`` (``multilevel``: ``levels``, ``coarse_edge_budget``, ``budget``, the coarsest
+    graph's size and METIS cut; None for other methods; ``warnings``: unbalanced edges or
+    training nodes, ``pipeline.workload``). Holds partition_meta.json only.
     """
     if is_url(root):
         raise FormatError("assignments are read from local folders only", file=root)
@@ -307,12 +309,12 @@ def describe_assignment(root: str) -> dict:
         "num_parts": meta.num_parts, "graph_name": meta.graph_name, "seed": meta.seed,
         "input_fingerprint": meta.input_fingerprint, "format_version": meta.format_version,
         "options": meta.options, "manifest": _manifest_summary(root), "files": files,
-        "stats": _assignment_stats(meta.stats, meta.num_parts, os.path.join(root,
-                                                                            ASSIGNMENT_META)),
+        "stats": _assignment_stats(meta, os.path.join(root, ASSIGNMENT_META)),
     })
 
 
-def _assignment_stats(stats: dict, num_parts: int, meta_path: str) -> dict | None:
+def _assignment_stats(meta, meta_path: str) -> dict | None:
+    stats, num_parts = meta.stats, meta.num_parts
     if not stats:
         return None
     try:
@@ -337,7 +339,15 @@ def _assignment_stats(stats: dict, num_parts: int, meta_path: str) -> dict | Non
             "cut_ratio": stats.get("cut_ratio"), "imbalance": stats.get("imbalance", {}),
             "parts": parts, "metis_edge_cut": stats.get("metis_edge_cut"),
             "csr_bytes": stats.get("csr_bytes"), "multilevel": multilevel,
-            "auto": stats.get("auto")}
+            "auto": stats.get("auto"), "warnings": _work_warnings(meta, stats)}
+
+
+def _work_warnings(meta, stats: dict) -> list[str]:
+    """The statistics' warnings; for statistics written before they were stored, derived
+    from the same figures (``pipeline.workload``)."""
+    if "warnings" in stats:
+        return list(stats["warnings"] or [])
+    return work_warnings(stats, *made_with(meta))
 
 
 # ---------------------------------------------------------------- partitioned graph
@@ -647,6 +657,7 @@ def _text_assignment(d: dict) -> str:
     if s["auto"]:
         pairs.append(("auto", f"chose {s['auto'].get('chosen')}: {s['auto'].get('reason')}"))
     lines += ["", *_fields(pairs)]
+    lines += [f"  WARNING: {w}" for w in s["warnings"]]
     parts = s["parts"]
     ntypes = list(parts[0]["nodes"]) if parts else []
     htypes = [t for t in (parts[0]["halo"] if parts else {})

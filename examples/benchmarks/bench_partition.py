@@ -11,7 +11,9 @@ one; its cut, time and peaks are also given as ratios to metis's, with the coars
 and graphprep's METIS step
 (CSR assembly from the chunks + METIS + assignment + statistics) against a direct
 single-process pymetis call on the same graph in the same run (the baseline reads the same
-Parquet chunks, builds the same symmetric CSR with numpy and calls ``pymetis.part_graph``).
+Parquet chunks, builds the same symmetric CSR with numpy and calls ``pymetis.part_graph``,
+which balances node counts only: compare it with ``--balance ntypes``). metis and multilevel
+run with the CLI's default ``--balance`` unless ``--balance`` says otherwise.
 Each measurement uses fresh processes, so peak RSS is that run's own. Metis is skipped (with
 the reason) where ``--method auto`` would not pick it: its estimated peak does not fit.
 ``--quick``: 10^5 edges, 2 parts (seconds; for the test suite; coarsening still happens).
@@ -33,6 +35,7 @@ from common import (add_graph_options, fresh_cluster, graph_spec, parse_args,  #
 
 import psutil  # noqa: E402
 
+from pipeline.api import balance_constraints  # noqa: E402
 from pipeline.partition import PartitionOptions, run_partition  # noqa: E402
 from pipeline.partition.auto import choose  # noqa: E402
 from pipeline.synth_job import run_synth  # noqa: E402
@@ -61,20 +64,27 @@ RESULT = {{"seconds": time.perf_counter() - t, "metis_edge_cut": cut}}
 """
 
 
-def run_ours(graph: str, out: str, method: str, p: int, coarse_edges: int | None = None) -> dict:
+def run_ours(graph: str, out: str, method: str, p: int, coarse_edges: int | None = None,
+             balance: str | None = None) -> dict:
+    """``balance``: ``--balance`` as the CLI takes it; None: the CLI's default (metis and
+    multilevel balance node counts, edges and training nodes; before issue 30, node counts)."""
+    balance = balance_constraints(balance, method)
     with fresh_cluster() as (opts, client):
         start_memory_sampler(client)
         with timer() as t:
             meta = run_partition(graph, out, method,
-                                 PartitionOptions(p, coarse_edges=coarse_edges), opts,
-                                 overwrite=True)
+                                 PartitionOptions(p, balance=balance, coarse_edges=coarse_edges),
+                                 opts, overwrite=True)
         rss = worker_peak_rss_mb(client)
         sampled = sampled_peaks_mb(client)
     s = meta.stats
     row = {"seconds": round(t["s"], 2), "worker_peak_rss_mb": rss,
            "worker_peak_anon_mb": sampled["anon"],
            "worker_peak_file_backed_mb": sampled["file_backed"], "edge_cut": s["edge_cut"],
-           "cut_ratio": s["cut_ratio"], "imbalance_nodes": s["imbalance"]["nodes"]}
+           "cut_ratio": s["cut_ratio"], "imbalance_nodes": s["imbalance"]["nodes"],
+           "imbalance_edges": s["imbalance"]["edges"], "imbalance_train":
+           s["imbalance"].get("train"), "balance": meta.options["balance"],
+           "warnings": s["warnings"]}
     if method == "multilevel":
         row.update(levels=s["levels"], coarse_edge_budget=s["coarse_edge_budget"],
                    budget=s["budget"])
@@ -97,6 +107,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--edges", type=int, default=10**7)
     ap.add_argument("--parts", default="2,4,8")
+    ap.add_argument("--balance", default=None,
+                    help="metis/multilevel --balance (default: the CLI's default; 'ntypes': "
+                         "node counts only, as runs before issue 30)")
     ap.add_argument("--coarse-edges", type=int, default=None,
                     help="multilevel budget (default: derived from memory)")
     ap.add_argument("--methods", default="random,metis,multilevel,forced,direct",
@@ -121,18 +134,20 @@ def main():
             if "random" in methods:
                 row["random"] = run_ours(graph, os.path.join(tmp, f"r{p}"), "random", p)
             if "metis" in methods and metis_fits:
-                row["metis"] = run_ours(graph, os.path.join(tmp, f"m{p}"), "metis", p)
+                row["metis"] = run_ours(graph, os.path.join(tmp, f"m{p}"), "metis", p,
+                                        balance=args.balance)
             elif "metis" in methods:
                 row["metis"] = {"skipped": fits.describe()}
             if "multilevel" in methods:
                 ml = row["multilevel"] = run_ours(graph, os.path.join(tmp, f"l{p}"),
-                                                  "multilevel", p, args.coarse_edges)
+                                                  "multilevel", p, args.coarse_edges,
+                                                  args.balance)
                 if "edge_cut" in row.get("metis", {}):
                     ml.update(vs_metis(ml, row["metis"]))
             if "forced" in methods:       # issue 18: coarsening forced to 1/32 of the edges
                 forced = row["multilevel_forced"] = run_ours(
                     graph, os.path.join(tmp, f"f{p}"), "multilevel", p,
-                    max(10_000, spec.num_edges // 32))
+                    max(10_000, spec.num_edges // 32), args.balance)
                 if "edge_cut" in row.get("metis", {}):
                     forced.update(vs_metis(forced, row["metis"]))
             if "direct" in methods:

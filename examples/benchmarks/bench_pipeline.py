@@ -139,7 +139,7 @@ def pipeline(tmp: str, spec, parts: int, method: str = "random",
     res["synth"] = step("synth", edges, lambda o: run_synth(spec, g, 1 << 20, o), tmp)
     res["synth"]["disk_mb"] = round(du(g) / 2**20)
     res[f"partition_{method}"] = step("partition", edges, lambda o: run_partition(
-        g, a, method, PartitionOptions(parts), o), tmp)
+        g, a, method, PartitionOptions(parts, balance=None), o), tmp)  # the CLI's default
     res[f"partition_{method}"]["disk_mb"] = round(du(a) / 2**20)
     res["dispatch"] = step("dispatch", edges, lambda o: run_dispatch(g, a, d, o), tmp)
     res["verify"] = step("verify", edges, lambda o: run_verify(g, d, o), tmp)

@@ -19,10 +19,11 @@ from ..cluster import ClusterOptions, TaskRunner, dask_client
 from formats.guard import OutputLock, guarded_output
 from ..step import up_to_date
 from .auto import choose_for
-from .base import PartitionOptions
+from .base import PartitionOptions, default_balance
 from .metis_method import MetisPartitioner
 from .multilevel import MultilevelPartitioner
 from .random_method import RandomPartitioner
+from ..workload import made_with, work_warnings
 from .stats import format_table, partition_stats
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,10 @@ def run_partition(chunked: str, out: str, method: str, options: PartitionOptions
     Returns the assignment's metadata (None when ``out`` is already up to date).
     """
     graph = load_chunked_graph(chunked)
+    if options.balance is None:
+        # the method's default, resolved here so the manifest (and so partition_meta.json's
+        # options) records what was balanced, and an explicit equal --balance is the same work
+        options = dataclasses.replace(options, balance=default_balance(graph, method))
     fp = fingerprint(chunked)
     opts = {k: v for k, v in dataclasses.asdict(options).items() if k != "seed"}
     opts.update(method=method, dgl_compat=dgl_compat)
@@ -54,7 +59,7 @@ def _partition_into(output: AtomicOutput, graph, fp: str, manifest: dict, method
     with output as tmp, dask_client(cluster) as client:
         runner = TaskRunner(client, cluster.progress)
         # auto: metis or multilevel, by metis's estimated memory against the workers' (auto.py)
-        choice = choose_for(graph, runner) if method == "auto" else None
+        choice = choose_for(graph, runner, options.balance) if method == "auto" else None
         partitioner = PARTITIONERS[choice.method if choice else method]()
         algo = partitioner.assign(graph, options, runner, tmp)
         meta = AssignmentMeta(options.num_parts, algo, graph.graph_name, options.seed, fp,
@@ -66,6 +71,8 @@ def _partition_into(output: AtomicOutput, graph, fp: str, manifest: dict, method
         assignment = load_assignment(tmp, graph)          # checks lengths and ranges
         stats = partition_stats(graph, assignment, runner)
         stats.update(getattr(partitioner, "info", {}))
+        stats["warnings"] = work_warnings(stats, choice.method if choice else method,
+                                          options.balance)
         if choice is not None:
             stats["auto"] = {"chosen": choice.method, "reason": choice.describe(),
                              "metis_peak_bytes": choice.metis_peak_bytes,
@@ -76,7 +83,14 @@ def _partition_into(output: AtomicOutput, graph, fp: str, manifest: dict, method
             write_dgl_txt(tmp, graph.node_types)
         write_json(os.path.join(tmp, MANIFEST), manifest)
         output.commit()
+    log_warnings(stats)
     return meta
+
+
+def log_warnings(stats: dict) -> None:
+    """The statistics' warnings, at default verbosity."""
+    for warning in stats.get("warnings", []):
+        log.warning("%s", warning)
 
 
 # algo_name values DGL's partition tools accept (tools/partition_algo/base.py)
@@ -99,7 +113,9 @@ def run_stats(chunked: str, assignment_dir: str, cluster: ClusterOptions) -> dic
     assignment = load_assignment(assignment_dir, graph)
     with OutputLock(assignment_dir), dask_client(cluster) as client:
         stats = partition_stats(graph, assignment, TaskRunner(client, cluster.progress))
+        stats["warnings"] = work_warnings(stats, *made_with(assignment.meta))
         write_meta(assignment_dir, dataclasses.replace(assignment.meta, stats=stats))
+    log_warnings(stats)
     return stats
 
 

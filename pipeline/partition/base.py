@@ -10,18 +10,64 @@ import numpy as np
 
 from formats import ChunkedGraph, FormatError
 from formats.schema import METADATA
+from ..convert.sources import open_field
 
 BALANCE_KEYS = ("ntypes", "train", "edges")
+# The default --balance of metis, multilevel and auto: a part's work in sampling and training is
+# its edges (each edge is kept with its destination's owner, so a node weighs its in-degree)
+# and its training seeds, not its node count. "train" only where some node type has a
+# train_mask with a true row (as DGL recommends for training). random takes no constraints.
+WORK_BALANCE = ("ntypes", "train", "edges")
 
 
 @dataclass(frozen=True)
 class PartitionOptions:
     num_parts: int
     seed: int = 0
-    balance: tuple[str, ...] = ()      # subset of BALANCE_KEYS (METIS vertex-weight constraints)
+    # Subset of BALANCE_KEYS (METIS vertex-weight constraints). None: the method's default
+    # (default_balance), resolved by run_partition before the manifest is written.
+    balance: tuple[str, ...] | None = ()
     objective: str = "cut"            # METIS: "cut" (edge cut) or "vol" (communication volume)
     imbalance: float = 0.03           # METIS: allowed load imbalance per constraint (3%)
     coarse_edges: int | None = None   # multilevel: coarse-edge budget (None: derived from memory)
+
+
+def default_balance(graph: ChunkedGraph, method: str, read_masks: bool = True
+                    ) -> tuple[str, ...]:
+    """The constraints ``--balance`` defaults to for ``method``: none for ``random``, else
+    ``WORK_BALANCE``, without ``train`` when no node type has training nodes. ``read_masks``:
+    read the train_mask chunks up to the first true row (one chunk for any real split); False
+    (``--dry-run``, metadata only): a train_mask field counts."""
+    if method == "random":
+        return ()
+    train = has_train_nodes(graph) if read_masks else any(
+        "train_mask" in graph.node_data.get(t, {}) for t in graph.node_types)
+    return tuple(k for k in WORK_BALANCE if k != "train" or train)
+
+
+def has_train_nodes(graph: ChunkedGraph) -> bool:
+    """Whether some node type's train_mask has a true row; reads its chunks in order and stops
+    at the first true row (holds one chunk)."""
+    for t in graph.node_types:
+        files = graph.node_data.get(t, {}).get("train_mask")
+        if files is None:
+            continue
+        mask = open_field(graph, files, f"node_data.{t}.train_mask", graph.num_nodes[t],
+                          graph.node_chunks[t], "ignore")
+        start = 0
+        for rows in graph.node_chunks[t]:
+            if np.asarray(mask.read(start, start + rows)).any():
+                return True
+            start += rows
+    return False
+
+
+def num_constraints(graph: ChunkedGraph, balance: tuple[str, ...]) -> int:
+    """Columns of the vertex weights for ``balance`` (as ``vertex_weights`` builds them): one
+    per node type with ``ntypes`` on a heterogeneous graph (else one of ones), plus one each
+    for ``train`` and ``edges``."""
+    counts = len(graph.node_types) if "ntypes" in balance and len(graph.node_types) > 1 else 1
+    return counts + ("train" in balance) + ("edges" in balance)
 
 
 class Partitioner(Protocol):

@@ -12,7 +12,10 @@ boundary nodes until every constraint is within ``--imbalance``.
 
 Balance constraints (METIS multi-constraint vertex weights, like DGL's):
 ``ntypes`` one column per node type (else one column of ones: node counts), ``train`` the
-train_mask, ``edges`` the in-degree.
+train_mask, ``edges`` the in-degree: a part's edges are the in-edges of the nodes it owns
+(dispatch keeps every edge with its destination's owner, and the statistics' ``edges_per_part``
+count them so), self-loops and repeated edges included. The default (``base.default_balance``)
+is all three, ``train`` only where there are training nodes.
 """
 
 from __future__ import annotations

@@ -53,7 +53,10 @@ def rebalance(parts: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, weights: 
         cand = np.flatnonzero((parts == p) & (weights[:, c] > 0))
         conn = _neighbour_part_counts(cand, parts, xadj, adjncy, num_parts, adjwgt)
         room = caps[None, :] - loads                                # [P, ncon]
-        fits = (weights[cand][:, None, :] <= room[None, :, :]).all(axis=2)
+        # A constraint the node carries no weight in never blocks it: the target may be over
+        # it (a node of no in-edges adds no edges), as in the multilevel passes.
+        w_c = weights[cand][:, None, :]
+        fits = ((w_c <= room[None, :, :]) | (w_c == 0)).all(axis=2)
         fits[:, p] = False
         gain = np.where(fits, conn - conn[:, [p]], np.iinfo(np.int64).min)
         target = gain.argmax(axis=1)
@@ -62,16 +65,20 @@ def rebalance(parts: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, weights: 
         for q in range(num_parts):  # fill each target up to its room, best gain first
             mine = np.flatnonzero(ok & (target == q))
             mine = mine[np.argsort(-gain[mine, q], kind="stable")]
+            total = np.cumsum(weights[cand[mine]], axis=0)
             w = weights[cand[mine]]
-            fit = (np.cumsum(w, axis=0) <= room[q]).all(axis=1)
+            fit = ((total <= room[q]) | (total == 0)).all(axis=1)
             take = np.cumsum(w[:, c]) - w[:, c] < excess - moved
             chosen = mine[fit & take]
             parts[cand[chosen]] = q
             moved += weights[cand[chosen], c].sum()
             if moved >= excess:
                 break
-        if moved == 0 and not _swap(parts, p, c, excess, loads, caps, weights, xadj, adjncy,
-                                    num_parts, adjwgt):
+        if moved == 0 and not (
+                _swap(parts, p, c, excess, loads, caps, weights, xadj, adjncy, num_parts,
+                      adjwgt) or
+                _paired_swap(parts, p, c, excess, loads, caps, weights, xadj, adjncy,
+                             num_parts, adjwgt)):
             log.warning("rebalance: part %d stays over the cap of constraint %d", p, c)
             break
     return parts
@@ -104,3 +111,66 @@ def _swap(parts, p, c, excess, loads, caps, weights, xadj, adjncy, num_parts,
             return True
         k //= 2
     return False
+
+
+def _paired_swap(parts, p, c, excess, loads, caps, weights, xadj, adjncy, num_parts,
+                 adjwgt=None) -> bool:
+    """Swap nodes carrying constraint ``c`` out of ``p`` against nodes of another part that
+    carry none of it and the same weight in every other constraint, so that only ``c`` moves.
+    Where every other part is at its cap in some constraint (node counts, train) no single move
+    or mixed swap fits, but such pairs do (a part over its edge cap trades nodes with in-edges
+    for nodes without, of the same type and train bit). Pairs best gain first, within the
+    target's room in ``c``; returns whether any pair was swapped."""
+    other = [i for i in range(weights.shape[1]) if i != c]
+    out = np.flatnonzero((parts == p) & (weights[:, c] > 0))
+    if len(out) == 0:
+        return False
+    g_out = _neighbour_part_counts(out, parts, xadj, adjncy, num_parts, adjwgt)
+    for q in np.argsort(loads[:, c], kind="stable"):
+        room = caps[c] - loads[q, c]
+        if q == p or room <= 0:
+            continue
+        back = np.flatnonzero((parts == q) & (weights[:, c] == 0))
+        cand = out[weights[out, c] <= room]
+        if len(back) == 0 or len(cand) == 0:
+            continue
+        gain_out = (g_out[:, q] - g_out[:, p])[weights[out, c] <= room]
+        g_back = _neighbour_part_counts(back, parts, xadj, adjncy, num_parts, adjwgt)
+        gain_back = g_back[:, p] - g_back[:, q]
+        if other:
+            _, prof = np.unique(weights[np.concatenate([cand, back])][:, other], axis=0,
+                                return_inverse=True)
+            prof = prof.ravel()
+        else:
+            prof = np.zeros(len(cand) + len(back), dtype=np.int64)
+        po, pb = prof[:len(cand)], prof[len(cand):]
+        # rank within each profile, best gain first; out's r-th pairs with back's r-th
+        oo = np.lexsort((-gain_out, po))
+        ob = np.lexsort((-gain_back, pb))
+        ro, rb = _rank_in_group(po[oo]), _rank_in_group(pb[ob])
+        width = int(max(ro.max(), rb.max())) + 1
+        k_out, k_back = po[oo] * width + ro, pb[ob] * width + rb      # k_back is sorted
+        at = np.minimum(np.searchsorted(k_back, k_out), len(k_back) - 1)
+        paired = k_back[at] == k_out
+        if not paired.any():
+            continue
+        i_out, i_back = oo[paired], ob[at[paired]]
+        order = np.argsort(-(gain_out[i_out] + gain_back[i_back]), kind="stable")
+        i_out, i_back = i_out[order], i_back[order]
+        w = weights[cand[i_out], c]
+        total = np.cumsum(w)
+        chosen = (total <= room) & (total - w < excess)
+        if not chosen.any():
+            continue
+        parts[cand[i_out[chosen]]], parts[back[i_back[chosen]]] = q, p
+        return True
+    return False
+
+
+def _rank_in_group(groups: np.ndarray) -> np.ndarray:
+    """0, 1, 2, ... within each run of equal values of the sorted ``groups``."""
+    if len(groups) == 0:
+        return groups
+    starts = np.flatnonzero(np.concatenate([[True], groups[1:] != groups[:-1]]))
+    lengths = np.diff(np.concatenate([starts, [len(groups)]]))
+    return np.arange(len(groups)) - np.repeat(starts, lengths)

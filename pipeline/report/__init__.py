@@ -6,8 +6,9 @@ Per PATH, by kind (``prep inspect``'s detection and text tables, then figures):
 * partitioned graph: in-degree distribution per edge type (log-log), per-part bars of nodes
   per type, edges, train nodes and halo nodes with the mean line, and the edge-cut matrix
   between parts, from one Dask task per part (``profile.py``);
-* assignment: per-part bars from its statistics (the cut matrix needs the edges: report the
-  partitioned graph for it);
+* assignment: its warnings (a part holding far more than its share of the edges or training
+  nodes, ``pipeline/workload.py``) above per-part bars from its statistics (the cut matrix
+  needs the edges: report the partitioned graph for it);
 * trainer metrics (``--metrics-out``): loss, accuracy or AUC/MRR curves, and the per-rank time
   per phase as stacked bars;
 * chunked graph: its tables (degrees come from the partitioned graph, which has CSCs).
@@ -39,7 +40,8 @@ from .profile import profile_partitioned
 GENERATOR = '<meta name="generator" content="graphprep prep report">'
 STYLE = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
 pre{background:#f6f6f6;padding:.8em;overflow-x:auto;font-size:12px}
-img{max-width:100%;display:block;margin:.6em 0}section{border-top:1px solid #ccc;margin-top:2em}"""
+img{max-width:100%;display:block;margin:.6em 0}section{border-top:1px solid #ccc;margin-top:2em}
+.warning{color:#a30;font-weight:bold}"""
 
 
 def _img(png: bytes, alt: str) -> str:
@@ -99,6 +101,9 @@ def section(path: str, cluster: ClusterOptions) -> str:
         figures = _partitioned_figures(target, cluster)
     elif kind == "assignment":
         figures = _assignment_figures(info)
+        warnings = (info.get("stats") or {}).get("warnings") or []
+        figures[:0] = [f'<p class="warning"><b>Warning:</b> {html.escape(w)}</p>'
+                       for w in warnings]
     elif kind == "metrics":
         figures = _metrics_figures(target)
     else:

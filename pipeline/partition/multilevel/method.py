@@ -156,7 +156,10 @@ class MultilevelPartitioner:
             coarse_parts = parts
         if len(levels) == 1:
             refiner = Refiner(top, k, caps, seed, runner)
-            refiner.balance(coarse_parts, refiner.loads(coarse_parts))
+            loads = refiner.balance(coarse_parts, refiner.loads(coarse_parts))
+        if (loads > caps[None, :]).any():
+            log.warning("multilevel: the output stays over a balance cap (max load/cap %.4f): "
+                        "nodes heavier than the room left", float((loads / caps).max()))
         self.info = dict(info, levels=[{"nodes": n, "edges": m} for n, m in sizes],
                          coarse_edge_budget=budget.edges, budget=budget.how)
         return coarse_parts

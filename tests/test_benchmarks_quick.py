@@ -191,7 +191,7 @@ def test_bench_chunk(runs):
 def test_bench_partition(runs):
     r = runs.json("partition")
     edges = 10**5
-    assert r["graph"] == {"nodes": edges // 10, "edges": edges}
+    assert r["graph"] == {"generator": "planted", "nodes": edges // 10, "edges": edges}
     assert set(r["runs"]) == {"2"}
     row = r["runs"]["2"]
     assert set(row) == {"random", "metis", "multilevel", "multilevel_forced", "direct_pymetis",

@@ -244,21 +244,27 @@ def test_torchrun_on_two_hosts_matches_a_local_run_and_listens_on_its_host_only(
           f"rank 0 RPC bytes in the last epoch {rpc / 1e6:.2f} MB")
 
 
-def test_losing_host_b_mid_epoch_ends_host_a_naming_it(hosts, dispatched):
-    tmp, _ = dispatched
-    graph = tmp / "D" / "graph.json"
-    timeout = 10
+def train_into_epoch_2(hosts, tmp, name: str, port: int, timeout: int):
+    """Rank 0 on host A, rank 1 on host B under torchrun, 50 epochs of Cora; returns the two
+    torchrun processes and host A's log once epoch 2 is under way."""
     args = ("--fanouts", "5,5", "--batch-size", 16, "--epochs", 50, "--threads", 1,
             "--no-progress", "--rpc-timeout", timeout, "--eval-batch-size", 64)
-    procs = [torchrun(h, hosts, graph, r, tmp, *args, name="loss", port=29510)
-             for r, h in enumerate((hosts.a, hosts.b))]
-    log_a = tmp / "loss-0.log"
+    procs = [torchrun(h, hosts, tmp / "D" / "graph.json", r, tmp, *args, name=name,
+                      port=port) for r, h in enumerate((hosts.a, hosts.b))]
+    log_a = tmp / f"{name}-0.log"
     deadline = time.monotonic() + 120
     while "epoch 1:" not in log_a.read_text():
         assert all(p.poll() is None for p in procs) and time.monotonic() < deadline, \
-            log_a.read_text()[-3000:] + (tmp / "loss-1.log").read_text()[-3000:]
+            log_a.read_text()[-3000:] + (tmp / f"{name}-1.log").read_text()[-3000:]
         time.sleep(0.1)
     time.sleep(0.5)                                                # well into epoch 2
+    return procs, log_a
+
+
+def test_losing_host_b_mid_epoch_ends_host_a_naming_it(hosts, dispatched):
+    tmp, _ = dispatched
+    timeout = 10
+    procs, log_a = train_into_epoch_2(hosts, tmp, "loss", 29510, timeout)
     lost = time.monotonic()
     victims = [psutil.Process(procs[1].pid), *_ranks(procs[1])]
     hosts.b.kill(procs[1])
@@ -293,21 +299,10 @@ def test_frozen_host_b_is_named_in_one_line_with_the_step_host_a_waited_in(hosts
     host A's rank times out after --rpc-timeout and says, in one line, which rank and host did
     not answer and where it was waiting; no traceback without -v."""
     tmp, _ = dispatched
-    graph = tmp / "D" / "graph.json"
     timeout = 10
-    args = ("--fanouts", "5,5", "--batch-size", 16, "--epochs", 50, "--threads", 1,
-            "--no-progress", "--rpc-timeout", timeout, "--eval-batch-size", 64)
-    procs = [torchrun(h, hosts, graph, r, tmp, *args, name="frozen", port=29520)
-             for r, h in enumerate((hosts.a, hosts.b))]
-    log_a = tmp / "frozen-0.log"
     frozen = []
     try:
-        deadline = time.monotonic() + 120
-        while "epoch 1:" not in log_a.read_text():
-            assert all(p.poll() is None for p in procs) and time.monotonic() < deadline, \
-                log_a.read_text()[-3000:] + (tmp / "frozen-1.log").read_text()[-3000:]
-            time.sleep(0.1)
-        time.sleep(0.5)                                            # well into epoch 2
+        procs, log_a = train_into_epoch_2(hosts, tmp, "frozen", 29520, timeout)
         # every process of host B's job (torchrun's agent and the rank): frozen, not gone
         frozen = [psutil.Process(procs[1].pid), *psutil.Process(procs[1].pid).children(
             recursive=True)]

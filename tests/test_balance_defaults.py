@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import shutil
 
 import numpy as np

@@ -306,14 +306,16 @@ def test_auto_picks_metis_when_it_fits_else_multilevel(homo, tmp_path, prep, mon
     assert meta["stats"]["auto"]["budget_bytes"] == int((1 << 20) * auto.SHARE)
 
 
-def tiny_level(folder, edges, parts_now, range_size=4):
-    """A level of unit-weight nodes from an undirected edge list, and its ``parts.npy``."""
+def weighted_level(folder, edges, weights, range_size=4):
+    """A level from an undirected edge list (unit edge weights) and ``[n, ncon]`` vertex
+    weights whose first column counts nodes."""
     from pipeline.partition.multilevel.layout import Level, new_array, write_csr
 
-    n = len(parts_now)
+    weights = np.asarray(weights, dtype=np.int64).reshape(len(weights), -1)
+    n, ncon = weights.shape
     os.makedirs(folder, exist_ok=True)
-    level = Level(str(folder), n, range_size, 1, 1)
-    edges = np.asarray(edges)
+    level = Level(str(folder), n, range_size, ncon, 1)
+    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
     src = np.concatenate([edges[:, 0], edges[:, 1]])
     dst = np.concatenate([edges[:, 1], edges[:, 0]])
     for r in range(level.num_ranges):
@@ -322,10 +324,19 @@ def tiny_level(folder, edges, parts_now, range_size=4):
         order = np.lexsort((dst[mine], src[mine]))
         write_csr(level, r, src[mine][order] - start, dst[mine][order],
                   np.ones(int(mine.sum()), dtype=np.int64))
-    new_array(level.path("vwgt.npy"), (n, 1))
+    new_array(level.path("vwgt.npy"), (n, ncon))
     vw = level.vwgt("r+")
-    vw[:] = 1
+    vw[:] = weights
     vw.flush()
+    return level
+
+
+def tiny_level(folder, edges, parts_now, range_size=4):
+    """A level of unit-weight nodes from an undirected edge list, and its ``parts.npy``."""
+    from pipeline.partition.multilevel.layout import new_array
+
+    n = len(parts_now)
+    level = weighted_level(folder, edges, np.ones((n, 1)), range_size)
     parts = level.path("parts.npy")
     new_array(parts, (n,))
     p = np.load(parts, mmap_mode="r+")

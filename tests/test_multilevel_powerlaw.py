@@ -5,38 +5,15 @@ enough for CI against METIS under the same default constraints."""
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
 from conftest import run_prep
 from test_balance_defaults import IMBALANCE, cut_ratio, measured
+from test_multilevel import weighted_level
 
 from pipeline.cluster import local_runner
-from pipeline.partition.multilevel.layout import Level, new_array, write_csr
-
-
-def weighted_level(folder, edges, weights, range_size=4) -> Level:
-    """A level from an undirected edge list (unit edge weights) and ``[n, ncon]`` vertex
-    weights whose first column counts nodes."""
-    weights = np.asarray(weights, dtype=np.int64).reshape(len(weights), -1)
-    n, ncon = weights.shape
-    os.makedirs(folder, exist_ok=True)
-    level = Level(str(folder), n, range_size, ncon, 1)
-    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
-    src = np.concatenate([edges[:, 0], edges[:, 1]])
-    dst = np.concatenate([edges[:, 1], edges[:, 0]])
-    for r in range(level.num_ranges):
-        start, stop = level.bounds(r)
-        mine = (src >= start) & (src < stop)
-        order = np.lexsort((dst[mine], src[mine]))
-        write_csr(level, r, src[mine][order] - start, dst[mine][order],
-                  np.ones(int(mine.sum()), dtype=np.int64))
-    new_array(level.path("vwgt.npy"), (n, ncon))
-    vw = level.vwgt("r+")
-    vw[:] = weights
-    vw.flush()
-    return level
+from pipeline.partition.multilevel.layout import new_array
 
 
 def labels_after_clustering(folder, edges, n, caps, range_size):

@@ -11,12 +11,14 @@ stay out, and the cut stays 20-30% above METIS's. A Jet round lets both sides mo
    Target and priority (gain, then hash) go to memory-mapped ``[n]`` arrays; the task returns
    the range's cut, loads, departing counts and a histogram of the candidates' weight by
    (target, rank).
-2. *throttle* (client): per target, the best-ranked candidates whose weight fits its room
-   (``LEAVING_CREDIT``); the rest stay. Unthrottled, on R-MAT one round sent most nodes to the
-   part of the hubs, 2.7x its edge cap, which the balance pass could not undo.
-3. *filter and apply* (one task per range, the "afterburner"): a candidate passing its
-   target's threshold moves only if its gain stays >= 0 when every neighbour of higher
-   priority that also passes has moved. Writes the range's rows of the next parts.
+2. *throttle* (client, once free rounds fail, see ``JetState``): the candidates' weight by
+   (home, target, rank) buckets, accepted best rank first while the target stays within
+   every cap, each accepted bucket freeing room at home (``accept_moves``). Unthrottled, on
+   R-MAT one round sent most nodes to the part of the hubs, 2.7x its edge cap, which the
+   balance pass could not undo.
+3. *filter and apply* (one task per range, the "afterburner"): an accepted candidate moves
+   only if its gain stays >= 0 when every accepted neighbour of higher priority has moved.
+   Writes the range's rows of the next parts.
 
 Balance is then restored by ``Refiner.balance``; a round it cannot restore ends the level
 with its best balanced state. Decisions depend on the previous round's files only: identical
@@ -34,18 +36,12 @@ import numpy as np
 from ...arrayops import mix
 from .layout import (Level, best_per_row, new_array, part_dtype, read_parts, sum_by_key,
                      write_rows)
-from .refine import (GAIN_BITS, PartsTask, connections, gain_thresholds, merge_histograms,
+from .refine import (GAIN_BITS, PartsTask, connections, merge_histograms,
                      part_loads, write_parts)
 
 log = logging.getLogger(__name__)
 
 PRIORITY_SHIFT = 32
-# Jet's room per target: what is left under its cap plus this share of the weight its own
-# candidates take away (some stay: the afterburner or their own target's room stops them). On
-# R-MAT (10^7 edges, 4 parts, seeds 0-2) 0 moved nothing, as METIS leaves parts at their caps;
-# 1 overfilled parts beyond what balance could undo (cut 70.4%); 0.25 gave 69.8-70.2%
-# (METIS 66.7-66.9%; 0.5: 69.7-70.4%).
-LEAVING_CREDIT = 0.25
 TIE_BITS = 6                                  # hash bits that order equal gains
 RANK_GAIN = 1 << (GAIN_BITS - TIE_BITS - 1)   # gains are clipped to +-this in a rank
 
@@ -57,7 +53,7 @@ class JetProposals:
     loads: np.ndarray          # [P, ncon] loads of the range's nodes
     departing: np.ndarray      # [P] node counts of the candidates, by home part
     leaving: np.ndarray        # [P, ncon] weights of the candidates, by home part
-    keys: np.ndarray           # histogram: target << GAIN_BITS | rank (``rank_of``)
+    keys: np.ndarray           # histogram: move key (``move_keys``)
     weights: np.ndarray        # [m, ncon] candidate weight per key
 
 
@@ -91,13 +87,13 @@ def jet_propose(args: tuple[PartsTask, JetFiles, float]) -> JetProposals:
     write_rows(files.priority, start, priority)
     counted = vw[row, :task.level.count_cols].sum(axis=1)
     departing = np.bincount(own[row], weights=counted, minlength=task.num_parts)
-    keys, weights = sum_by_key((q << GAIN_BITS) | rank_of(priority[row]), vw[row])
+    keys, weights = sum_by_key(move_keys(own[row], q, priority[row], task.num_parts), vw[row])
     return JetProposals(cut2, part_loads(own, vw, task.num_parts), departing.astype(np.int64),
                         part_loads(own[row], vw[row], task.num_parts), keys, weights)
 
 
 def rank_of(priority: np.ndarray) -> np.ndarray:
-    """A candidate's rank for its target's threshold (< 2^GAIN_BITS): the gain, then the top
+    """A candidate's rank among the throttled moves (< 2^GAIN_BITS): the gain, then the top
     ``TIE_BITS`` of its hash, so that a target with room for some of many equal-gain
     candidates (R-MAT's leaves of a hub, all gaining 1) takes some instead of none."""
     gain = np.clip((priority >> PRIORITY_SHIFT) - (1 << 31), -RANK_GAIN, RANK_GAIN - 1)
@@ -105,27 +101,58 @@ def rank_of(priority: np.ndarray) -> np.ndarray:
     return ((gain + RANK_GAIN) << TIE_BITS) | tie
 
 
-def _accepted(target: np.ndarray, priority: np.ndarray, accept: np.ndarray) -> np.ndarray:
-    """Whether candidates (``target`` >= 0) reach their target's rank threshold."""
+def move_keys(home: np.ndarray, target: np.ndarray, priority: np.ndarray, k: int
+              ) -> np.ndarray:
+    """Histogram key of a move: ``(home * k + target) << GAIN_BITS | rank``."""
+    return ((home * k + target) << GAIN_BITS) | rank_of(priority)
+
+
+def _accepted(home: np.ndarray, target: np.ndarray, priority: np.ndarray, k: int,
+              accept: np.ndarray | None) -> np.ndarray:
+    """Whether candidates (``target`` >= 0) move this round: all of them in a free round
+    (``accept`` None), else those whose move key the client accepted (sorted keys)."""
     ok = target >= 0
-    ok[ok] = rank_of(priority[ok]) >= accept[target[ok]]
+    if accept is not None:
+        keys = move_keys(home[ok], target[ok], priority[ok], k)
+        pos = np.minimum(np.searchsorted(accept, keys), max(len(accept) - 1, 0))
+        ok[ok] = (accept[pos] == keys) if len(accept) else False
     return ok
 
 
-def jet_apply(args: tuple[PartsTask, JetFiles]) -> tuple[np.ndarray, int]:
-    """Move range ``r``'s candidates that pass their target's gain threshold
-    (``task.accept``) and whose gain stays >= 0 after their higher-priority neighbours'
-    moves, except out of ``task.frozen`` parts; returns (loads, moves)."""
-    task, files = args
+def accept_moves(keys: np.ndarray, weights: np.ndarray, loads: np.ndarray, caps: np.ndarray,
+                 k: int) -> np.ndarray:
+    """The move keys to apply, sorted: buckets by rank, best first, each accepted while its
+    target stays within every cap, its weight then counted out of its home part. Departures
+    free room as they are accepted, so exchanges between full parts go through, which per-
+    target thresholds could not allow without risking overfull parts. A loop over buckets
+    (not nodes); holds the histogram."""
+    loads = loads.astype(np.float64).copy()
+    pair, rank = keys >> GAIN_BITS, keys & ((1 << GAIN_BITS) - 1)
+    home, target = pair // k, pair % k
+    chosen = []
+    for i in np.lexsort((keys, -rank)):
+        w, p, q = weights[i], home[i], target[i]
+        if ((loads[q] + w <= caps) | (w == 0)).all():
+            loads[q] += w
+            loads[p] -= w
+            chosen.append(keys[i])
+    return np.sort(np.asarray(chosen, dtype=np.int64))
+
+
+def jet_apply(args: tuple[PartsTask, JetFiles, np.ndarray | None]) -> tuple[np.ndarray, int]:
+    """Move range ``r``'s accepted candidates (``_accepted``) whose gain stays >= 0 after
+    their accepted higher-priority neighbours' moves, except out of ``task.frozen`` parts;
+    returns (loads, moves)."""
+    task, files, accept = args
     lv = task.level
     start, stop = lv.bounds(task.r)
     own = read_parts(task.parts, slice(start, stop))
     vw = np.asarray(lv.vwgt()[start:stop])
     pmap = np.load(files.priority, mmap_mode="r")
-    accept = np.asarray(task.accept, dtype=np.int64)
     target = read_parts(files.target, slice(start, stop))
     own_priority = np.asarray(pmap[start:stop])
-    target[~_accepted(target, own_priority, accept)] = -1
+    k = task.num_parts
+    target[~_accepted(own, target, own_priority, k, accept)] = -1
     if task.frozen:
         target[np.isin(own, np.asarray(task.frozen, dtype=np.int64))] = -1
     movers = np.flatnonzero(target >= 0)
@@ -143,7 +170,7 @@ def jet_apply(args: tuple[PartsTask, JetFiles]) -> tuple[np.ndarray, int]:
     nbr_target = read_parts(files.target, nbr)
     nbr_priority = np.asarray(pmap[nbr])
     mine = own_priority[movers][local]
-    ahead = _accepted(nbr_target, nbr_priority, accept) & (nbr_priority > mine)
+    ahead = _accepted(nbr_part, nbr_target, nbr_priority, k, accept) & (nbr_priority > mine)
     after = np.where(ahead, nbr_target, nbr_part)
     dest, home = target[movers][local], own[movers][local]
     m = len(movers)
@@ -168,7 +195,7 @@ def remove_jet_files(files: JetFiles) -> None:
 
 @dataclass
 class JetState:
-    """Kept across the levels of one run: whether rounds are throttled (``LEAVING_CREDIT``).
+    """Kept across the levels of one run: whether rounds are throttled (``accept_moves``).
     They start free, as in Jet; with several constraints, the first round whose moves no
     balance pass can repair is undone and throttling is on for the rest of the run. Free moves
     are what a power-law graph balanced on one constraint needs (a dense core trading places
@@ -194,9 +221,9 @@ def jet_refine(refiner, parts: str, loads: np.ndarray, rounds: int = 12, patienc
     def apply_round(t, frozen, accept):
         new_array(nxt, (lv.num_nodes,), part_dtype(refiner.num_parts))
         new_loads, _ = refiner.swap(parts, nxt, refiner.runner(
-            jet_apply, [(x, files) for x in refiner.tasks(
-                parts=parts, target=nxt, round=t, seed=refiner.seed, frozen=frozen,
-                accept=accept)], "multilevel: jet apply"))
+            jet_apply, [(x, files, accept) for x in refiner.tasks(
+                parts=parts, target=nxt, round=t, seed=refiner.seed, frozen=frozen)],
+            "multilevel: jet apply"))
         if (new_loads > caps).any():
             new_loads = refiner.balance(parts, new_loads)
         return new_loads
@@ -223,7 +250,7 @@ def jet_refine(refiner, parts: str, loads: np.ndarray, rounds: int = 12, patienc
             frozen = tuple(np.flatnonzero(sum(r.departing for r in res) >= counts).tolist())
             if not state.throttled:
                 _keep(parts, before)
-                moved = apply_round(t, frozen, (0,) * refiner.num_parts)
+                moved = apply_round(t, frozen, None)
                 # One constraint: balance can always move something somewhere, and the next
                 # round goes on from here, as in Jet.
                 if not (moved > caps).any() or lv.ncon == 1:
@@ -234,11 +261,9 @@ def jet_refine(refiner, parts: str, loads: np.ndarray, rounds: int = 12, patienc
                 log.info("multilevel: a Jet round at %d nodes could not be balanced (max "
                          "load/cap %.4f): its moves are throttled by each part's room from "
                          "now on", lv.num_nodes, float((moved / caps).max()))
-            # Per target, the best-ranked candidates whose weight fits its room plus a share
-            # of what its own candidates take away.
             keys, weights = merge_histograms([(r.keys, r.weights) for r in res])
-            room = caps - loads + LEAVING_CREDIT * sum(r.leaving for r in res)
-            loads = apply_round(t, frozen, tuple(gain_thresholds(keys, weights, room).tolist()))
+            loads = apply_round(t, frozen, accept_moves(keys, weights, loads, refiner.caps,
+                                                        refiner.num_parts))
             if (loads > caps).any():
                 # Not even throttled moves could be balanced (on R-MAT: a part over in edges
                 # while the parts with edge room are full in nodes, which needs swaps): later

@@ -244,7 +244,7 @@ def merge_histograms(histograms):
     return sum_by_key(keys, weights)
 
 
-def gain_thresholds(keys, weights, room: np.ndarray) -> np.ndarray:
+def _thresholds(keys, weights, room: np.ndarray) -> np.ndarray:
     """Per target part, the lowest gain accepted (gains from the top while the weight fits)."""
     k = len(room)
     accept = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
@@ -336,7 +336,7 @@ class Refiner:
         # (dropping moves only lowers arrivals, so the thresholds stay safe).
         counts = loads[:, :self.level.count_cols].sum(axis=1)
         frozen = tuple(np.flatnonzero(sum(h[2] for h in hists) >= counts).tolist())
-        accept = tuple(gain_thresholds(keys, weights, room).tolist())
+        accept = tuple(_thresholds(keys, weights, room).tolist())
         new_array(nxt, (self.level.num_nodes,), part_dtype(self.num_parts))
         return self.swap(parts, nxt, self.runner(refine_apply, self.tasks(
             parts=parts, target=nxt, round=t, seed=self.seed,

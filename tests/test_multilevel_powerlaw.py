@@ -84,7 +84,7 @@ def test_jet_moves_no_more_than_a_part_has_room_for(tmp_path, monkeypatch, start
     p.flush()
     calls = []
     monkeypatch.setattr(refine.Refiner, "balance",
-                        lambda self, parts, loads, *a: calls.append(loads) or loads)
+                        lambda self, parts, loads, *a, **kw: calls.append(loads) or loads)
     refiner = refine.Refiner(level, 2, np.array([13.0, 13.0]), 0, local_runner)
     state = JetState(throttled=start == "throttled")
     loads = jet_refine(refiner, parts, refiner.loads(parts), rounds=4, state=state)

@@ -10,7 +10,7 @@ stay out, and the cut stays 20-30% above METIS's. A Jet round lets both sides mo
    a seeded hash) is its candidate when the loss is small: gain > -floor(c * own connection).
    Target and priority (gain, then hash) go to memory-mapped ``[n]`` arrays; the task returns
    the range's cut, loads, departing counts and a histogram of the candidates' weight by
-   (target, rank).
+   (home, target, rank).
 2. *throttle* (client, once free rounds fail, see ``JetState``): the candidates' weight by
    (home, target, rank) buckets, accepted best rank first while the target stays within
    every cap, each accepted bucket freeing room at home (``accept_moves``). Unthrottled, on
@@ -53,7 +53,6 @@ class JetProposals:
     cut2: int                  # twice the range's cut weight
     loads: np.ndarray          # [P, ncon] loads of the range's nodes
     departing: np.ndarray      # [P] node counts of the candidates, by home part
-    leaving: np.ndarray        # [P, ncon] weights of the candidates, by home part
     keys: np.ndarray           # histogram: move key (``move_keys``)
     weights: np.ndarray        # [m, ncon] candidate weight per key
 
@@ -90,7 +89,7 @@ def jet_propose(args: tuple[PartsTask, JetFiles, float]) -> JetProposals:
     departing = np.bincount(own[row], weights=counted, minlength=task.num_parts)
     keys, weights = sum_by_key(move_keys(own[row], q, priority[row], task.num_parts), vw[row])
     return JetProposals(cut2, part_loads(own, vw, task.num_parts), departing.astype(np.int64),
-                        part_loads(own[row], vw[row], task.num_parts), keys, weights)
+                        keys, weights)
 
 
 def rank_of(priority: np.ndarray) -> np.ndarray:
@@ -128,11 +127,11 @@ def jet_mark(args: tuple[PartsTask, JetFiles, np.ndarray]) -> None:
     write_rows(files.target, start, target)
 
 
-def accept_moves(keys: np.ndarray, weights: np.ndarray, loads: np.ndarray, limits: np.ndarray,
+def accept_moves(keys: np.ndarray, weights: np.ndarray, loads: np.ndarray, caps: np.ndarray,
                  k: int) -> np.ndarray:
     """The move keys to apply, sorted: buckets by rank, best first, each accepted while its
-    target stays within its ``limits`` (``[P, ncon]`` caps), its weight then counted out of
-    its home part. Departures free room as they are accepted, so exchanges between full parts
+    target stays within every cap (``caps``: ``[ncon]``), its weight then counted out of its
+    home part. Departures free room as they are accepted, so exchanges between full parts
     go through, which per-target thresholds could not allow without risking overfull parts.
     A loop over buckets (not nodes); holds the histogram."""
     loads = loads.astype(np.float64).copy()
@@ -141,7 +140,7 @@ def accept_moves(keys: np.ndarray, weights: np.ndarray, loads: np.ndarray, limit
     chosen = []
     for i in np.lexsort((keys, -rank)):
         w, p, q = weights[i], home[i], target[i]
-        if ((loads[q] + w <= limits[q]) | (w == 0)).all():
+        if ((loads[q] + w <= caps) | (w == 0)).all():
             loads[q] += w
             loads[p] -= w
             chosen.append(keys[i])
@@ -278,9 +277,8 @@ def jet_refine(refiner, parts: str, loads: np.ndarray, rounds: int = 12, patienc
             # its best.
             keys, weights = merge_histograms([(r.keys, r.weights) for r in res])
             _keep(parts, before)
-            moved = apply_round(t, frozen, accept_moves(
-                keys, weights, loads, np.repeat(caps, refiner.num_parts, axis=0),
-                refiner.num_parts))
+            moved = apply_round(t, frozen, accept_moves(keys, weights, loads, refiner.caps,
+                                                        refiner.num_parts))
             if (moved > caps).any():
                 moved = refiner.balance(parts, moved, max_rounds=REPAIR_ROUNDS)
             if (moved > caps).any():

@@ -245,7 +245,7 @@ def test_a_failed_run_leaves_no_partial_files(sbx):
                  sbx / "m.json", "--epochs", 2, "--fail-rank", 0, "--fail-epoch", 1)
     assert proc.returncode == 1, proc.stderr[-3000:]
     no_partials(sbx)
-    from trainer.outputs import is_checkpoint_folder, is_metrics_file
+    from trainer.runtime.outputs import is_checkpoint_folder, is_metrics_file
     assert is_metrics_file(sbx / "m.json") and is_checkpoint_folder(sbx / "ck")
 
 

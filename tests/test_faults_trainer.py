@@ -207,7 +207,7 @@ def test_graph_json_without_manifest_warns_and_still_checks_structure(copy):
 
 
 def test_fingerprint_ignores_the_folder_and_names_another_graph(cora2, copy, other_cora):
-    from trainer.checkpoint import CheckpointInfo, differences
+    from trainer.runtime.checkpoint import CheckpointInfo, differences
     from trainer.config import TrainConfig
     cfg = TrainConfig(graph="")
     here = CheckpointInfo.of(cfg, load_partitioned(str(cora2)), "_N")

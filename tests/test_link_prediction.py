@@ -13,12 +13,12 @@ import torch
 
 from conftest import dispatched, edge_data_of, edges_of, node_data_of, run_prep
 from formats import EdgeType
-from trainer.dist_sampler import DistNeighborSampler
-from trainer.link_data import exclusion_keys, split_edges, without_held_out
-from trainer.link_loader import LinkLoader, seed_nodes
-from trainer.features import FeatureFetcher
-from trainer.partition import LocalPart
-from trainer.service import LocalTransport, PartServer
+from trainer.sampling.dist_sampler import DistNeighborSampler
+from trainer.data.link_data import exclusion_keys, split_edges, without_held_out
+from trainer.data.link_loader import LinkLoader, seed_nodes
+from trainer.data.features import FeatureFetcher
+from trainer.sampling.partition import LocalPart
+from trainer.sampling.service import LocalTransport, PartServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ET = EdgeType("_N", "_E", "_N")
@@ -90,11 +90,13 @@ def test_link_batches_point_at_their_pairs(cora_link):
     loader = LinkLoader(sampler, fetcher, full[1], ET, edges, 100, seed=1, rank=1, neg_ratio=3,
                         shuffle=False, prefetch=1)
     batch = next(iter(loader.epoch(0)))
-    seeds = batch.blocks[-1].src_nodes["_N"][:batch.blocks[-1].num_dst["_N"]]
-    assert torch.equal(seeds[batch.pos[0]], edges.src[:100])
-    assert torch.equal(seeds[batch.pos[1]], edges.dst[:100])
-    assert torch.equal(seeds[batch.neg[0]], edges.src[:100].repeat_interleave(3))
-    assert len(batch.neg[1]) == 300 and batch.x["_N"].shape[0] == len(batch.input_nodes["_N"])
+    seeds = batch.n_id[:batch.batch_size]
+    pos, neg = batch.edge_label_index[:, :100], batch.edge_label_index[:, 100:]
+    assert batch.edge_label.tolist() == [1.0] * 100 + [0.0] * 300
+    assert torch.equal(seeds[pos[0]], edges.src[:100])
+    assert torch.equal(seeds[pos[1]], edges.dst[:100])
+    assert torch.equal(seeds[neg[0]], edges.src[:100].repeat_interleave(3))
+    assert neg.shape[1] == 300 and batch.x.shape[0] == len(batch.n_id)
 
 
 def run_trainer(*args, timeout=600):
@@ -139,18 +141,18 @@ def test_embed_node_task_equals_single_process_full_graph_forward(cora_link, tmp
     proc = run_trainer("embed", "--graph", graph_json, "--checkpoint", tmp_path / "c",
                        "--out", out, "--batch-size", 500, "--no-progress")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    from trainer.dist_sampler import Block
-    from trainer.model import GraphSAGE
+    from trainer.batch import full_graph_batch
+    from trainer.models.sage import GraphSAGE
     state = torch.load(tmp_path / "c" / "best.pt", weights_only=False)
     x = torch.from_numpy(node_data_of(chunked, "_N", "feat")).float()
-    model = GraphSAGE({"_N": x.shape[1]}, 128, 7, [ET], 2)
+    model = GraphSAGE({"_N": x.shape[1]}, 128, 7, [(ET.src, ET.rel, ET.dst)], 2)
     model.load_state_dict(state["model"])
     model.eval()
     src, dst = (torch.from_numpy(a).long() for a in edges_of(chunked))
     n = len(x)
-    block = Block({"_N": torch.arange(n)}, {"_N": n}, {ET: (src, dst)})
+    batch = full_graph_batch({"_N": x}, {(ET.src, ET.rel, ET.dst): torch.stack([src, dst])}, 2)
     with torch.no_grad():
-        logits = model([block, block], {"_N": x}, "_N").numpy()
+        logits = model(batch).numpy()
     got = np.load(out / "_N" / "logits.npy")
     np.testing.assert_allclose(got, logits, rtol=1e-4, atol=1e-4)
     assert (np.load(out / "_N" / "predictions.npy") == logits.argmax(1)).all()

@@ -14,7 +14,8 @@ import pytest
 
 from conftest import dispatched
 from hostsim import ROOT, listening
-from trainer import netif, rendezvous
+from trainer.runtime import netif
+from trainer.runtime import rendezvous
 
 
 def _devices_served(backend: str) -> dict[str, str]:

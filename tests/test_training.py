@@ -163,7 +163,7 @@ def test_under_torchrun_matches_the_local_launcher(cora, tmp_path):
     local, expect, _ = train(cora[2], tmp_path, *args, name="local")
     assert local.returncode == 0, local.stderr[-3000:]
     metrics = tmp_path / "torchrun.json"
-    from trainer.launch import free_port
+    from trainer.runtime.launch import free_port
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-port", str(free_port()), "-m", "trainer", "--graph", cora[2],
            "--no-progress", "--metrics-out", str(metrics), "--threads", "1",

@@ -1,7 +1,7 @@
 import sys
 
 if len(sys.argv) > 1 and sys.argv[1] == "embed":
-    from .embed import main as embed_main
+    from .tasks.embed import main as embed_main
     embed_main(args=sys.argv[2:], prog_name="python -m trainer embed")
 else:
     from .cli import main

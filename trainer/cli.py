@@ -1,5 +1,5 @@
 """``python -m trainer``: distributed GraphSAGE node classification or link prediction on a
-partitioned graph (``python -m trainer embed``: inference, in ``trainer.embed``).
+partitioned graph (``python -m trainer embed``: inference, in ``trainer.tasks.embed``).
 
 Without ``RANK`` in the environment it launches one rank per part (``--ranks-per-part`` R: R per
 part) on this machine; under ``torchrun`` (or any launcher setting ``RANK``, ``WORLD_SIZE``,
@@ -29,7 +29,7 @@ from formats.errors import FormatError
 from formats.partitioned import load_partitioned
 
 from .config import FAIL_MODES, SCORERS, TASKS, TrainConfig, task_target
-from .netif import IFACE_HELP, configure_rank
+from .runtime.netif import IFACE_HELP, configure_rank
 
 log = logging.getLogger("trainer")
 
@@ -41,6 +41,14 @@ def _ints(ctx, param, value):
         return [int(v) for v in value.split(",")]
     except ValueError:
         raise click.BadParameter(f"{value!r}: comma-separated integers, e.g. 15,10,5") from None
+
+
+def _model_args(ctx, param, value):
+    from .models.registry import ModelError, parse_model_args
+    try:
+        return parse_model_args(value)
+    except ModelError as err:
+        raise click.BadParameter(str(err).split(": ", 1)[1]) from None
 
 
 class OneLineErrors(OneLineErrorsMixin, click.Command):
@@ -87,6 +95,20 @@ class BadInput(click.ClickException):
 @click.option("--target-etype", default=None,
               help="Link task: edge type to predict, src:rel:dst or a unique rel [default: "
                    "the one type with train/val/test edge masks].")
+@click.option("--model", default="sage", show_default=True,
+              help="The model: sage (GraphSAGE-mean), gat (multi-head attention), rgcn "
+                   "(per-relation weights, heterogeneous graphs), or PKG.MODULE:FACTORY, a "
+                   "function build(spec: trainer.ModelSpec, **model_args) -> torch.nn.Module "
+                   "whose forward(batch: trainer.Batch) returns logits (node task) or "
+                   "embeddings (link task); see 'Models' below. The module must import on "
+                   "every rank (same path, e.g. on PYTHONPATH).")
+@click.option("--model-args", default=None, callback=_model_args,
+              help="JSON object of keyword arguments for the model's factory, e.g. "
+                   "'{\"heads\": 8}' [default: none].")
+@click.option("--edge-feat", default=None,
+              help="Edge data array given to the model as layer.edge_attr (the sampled "
+                   "edges' rows, returned with the sample: no extra request); gat and rgcn "
+                   "use it [default: none].")
 @click.option("--scorer", default="mlp", type=click.Choice(SCORERS),
               help="Link task: edge score from the two end embeddings: dot product, or an MLP "
                    "on their elementwise product.")
@@ -152,14 +174,16 @@ def main(graph, threads, verbose, iface, **options):
     world = meta.num_parts * cfg.ranks_per_part
     try:
         cfg.check(meta.num_parts, int(os.environ.get("WORLD_SIZE", world)))
-        _check_outputs(cfg, meta, task_target(meta, cfg), rank)
+        target = task_target(meta, cfg)
+        _check_outputs(cfg, meta, target, rank)
+        _check_model(cfg, meta, rank)
     except FormatError as err:
         raise BadInput(str(err)) from None
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     if rank is None:
-        from .launch import launch_local
-        from .outputs import remove_partials
+        from .runtime.launch import launch_local
+        from .runtime.outputs import remove_partials
         log.info("launching %d ranks: %d parts x %d", world, meta.num_parts, cfg.ranks_per_part)
         code = launch_local(sys.argv[1:], world)
         remove_partials(cfg)
@@ -196,14 +220,14 @@ def _graph_hint(graph: str, err: FormatError) -> str:
 
 
 def _check_outputs(cfg, meta, target: str, rank: str | None) -> None:
-    """Before any epoch: what rank 0 writes passes the output rule (trainer.outputs) and the
+    """Before any epoch: what rank 0 writes passes the output rule (trainer.runtime.outputs) and the
     checkpoint folder is writable; a --resume matches this graph and these options. Ranks of
     our launcher skip what it checked already."""
-    from .launch import LAUNCHER_ENV
+    from .runtime.launch import LAUNCHER_ENV
     if rank is not None and LAUNCHER_ENV in os.environ:
         return
-    from .checkpoint import CheckpointInfo, check_resume, check_writable
-    from .outputs import check_train_outputs
+    from .runtime.checkpoint import CheckpointInfo, check_resume, check_writable
+    from .runtime.outputs import check_train_outputs
     if rank in (None, "0"):
         check_train_outputs(cfg, meta)
         check_writable(cfg.checkpoint_dir)
@@ -211,6 +235,29 @@ def _check_outputs(cfg, meta, target: str, rank: str | None) -> None:
         done = check_resume(cfg.checkpoint_dir, CheckpointInfo.of(cfg, meta, target))
         if done is not None and rank in (None, "0"):
             log.info("resuming from %s: %d epochs done", cfg.checkpoint_dir, done)
+
+
+def _check_model(cfg, meta, rank: str | None) -> None:
+    """Before any rank starts: ``--model`` names a module that imports, a factory that exists
+    and accepts ``--model-args`` on this graph's spec (ModelError, exit 2). Ranks of our
+    launcher skip what it checked; the default sage without arguments needs no check (and no
+    torch import)."""
+    from .runtime.launch import LAUNCHER_ENV
+    from .models.registry import build, model_path
+    model_path(cfg.model)
+    if (rank is not None and LAUNCHER_ENV in os.environ) or \
+            (cfg.model == "sage" and not cfg.model_args):
+        return
+    from .config import target_etype, target_type
+    from .models.spec import model_spec
+    if cfg.task == "link":
+        ntype, out_dim = target_etype(meta, cfg.target_etype).dst, cfg.hidden
+    else:
+        ntype = target_type(meta, cfg.target)
+        # graph.json records the class count at dispatch; where it does not, the ranks read it
+        # from the labels, and any width serves to check that the factory accepts its args
+        out_dim = meta.num_classes.get(ntype, 2)
+    build(cfg.model, cfg.model_args, model_spec(meta, cfg, ntype, out_dim))
 
 
 def _check_data(meta, p: int, rank: int, verify_data: bool) -> None:
@@ -236,10 +283,10 @@ def run_as_rank(work, meta, *, rank: int, part: int, device: str, iface: str | N
     check the part (exit 1 naming it), then torch. Any failure of ``work`` ends the rank with
     one logged line (tracebacks for unexpected errors) and exit 1. A collective or RPC that
     timed out is one line naming the ranks that went silent and the step this rank waited in
-    (``trainer.health``; the traceback only with ``verbose``). Under torchrun the line also
+    (``trainer.runtime.health``; the traceback only with ``verbose``). Under torchrun the line also
     replaces "To enable traceback see ..." in its failure summary. Returns what ``work``
     returns."""
-    from .launch import watch_launcher
+    from .runtime.launch import watch_launcher
     watch_launcher(rank)
     configure_rank(iface, device)
     _check_data(meta, part, rank, verify_data)
@@ -251,7 +298,7 @@ def run_as_rank(work, meta, *, rank: int, part: int, device: str, iface: str | N
     try:
         return work()
     except BaseException as err:  # noqa: BLE001 - any failure ends the rank, loudly
-        from .health import is_timeout, timeout_message
+        from .runtime.health import is_timeout, timeout_message
         if is_timeout(err):     # gloo's and RPC's own text names no peer: the heartbeats do
             line = timeout_message(rank, rpc_timeout, err)
             detail = traceback.format_exc() if verbose else ""
@@ -261,7 +308,10 @@ def run_as_rank(work, meta, *, rank: int, part: int, device: str, iface: str | N
         log.error("%s%s", line, "\n" + detail if detail else "")
         sys.stderr.flush()
         _tell_torchrun(line)
-        os._exit(1)  # skip RPC shutdown: it would wait for the ranks this one is leaving
+        from .models.registry import ModelError
+        # skip RPC shutdown: it would wait for the ranks this one is leaving; a model that
+        # does not fit (its output's shape) is bad input, exit 2 as before the start
+        os._exit(2 if isinstance(err, ModelError) else 1)
 
 
 def _tell_torchrun(line: str) -> None:
@@ -280,7 +330,7 @@ def _tell_torchrun(line: str) -> None:
 
 
 def _train(cfg) -> dict:
-    from .rendezvous import RankEnv
+    from .runtime.rendezvous import RankEnv
     from .train import run_rank
     return run_rank(cfg, RankEnv.from_env())
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 PLACEMENTS = ("cpu", "pinned", "cuda")
 TASKS = ("node", "link")
-SCORERS = ("dot", "mlp")          # trainer.scorer's, named here so options check without torch
+SCORERS = ("dot", "mlp")          # trainer.models.scorer's, named here so options check without torch
 LINK_MASKS = ("train_mask", "val_mask", "test_mask")
 FAIL_MODES = ("raise", "kill", "hang", "nan")
 
@@ -39,6 +39,9 @@ class TrainConfig:
     target: str | None = None
     target_etype: str | None = None     # link: the edge type to predict
     scorer: str = "mlp"
+    model: str = "sage"                 # a built-in, or PKG.MODULE:FACTORY
+    model_args: dict = field(default_factory=dict)   # the factory's keyword arguments
+    edge_feat: str | None = None        # edge data given to the model as layer.edge_attr
     neg_ratio: int = 1
     corrupt_src: bool = False
     eval_negatives: int = 100

@@ -32,10 +32,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import parse_args  # noqa: E402
 from formats import EdgeType, load_chunked_graph, read_array_chunk, read_edge_chunk  # noqa: E402
-from trainer.dist_sampler import Block  # noqa: E402
-from trainer.link_metrics import auc, ranking_metrics  # noqa: E402
-from trainer.model import GraphSAGE  # noqa: E402
-from trainer.scorer import link_loss, make_scorer  # noqa: E402
+from trainer.sampling.dist_sampler import Block  # noqa: E402
+from trainer.tasks.link_metrics import auc, ranking_metrics  # noqa: E402
+from trainer.models.sage import GraphSAGE  # noqa: E402
+from trainer.models.scorer import link_loss, make_scorer  # noqa: E402
 
 ET = EdgeType("_N", "_E", "_N")
 

@@ -25,7 +25,7 @@ from common import parse_args, partitioned_synth  # noqa: E402
 from formats.integrity import check_part_files  # noqa: E402
 from formats.partitioned import load_partitioned  # noqa: E402
 from formats.part_checks import check_part, check_structure  # noqa: E402
-from trainer.partition import LocalPart  # noqa: E402
+from trainer.sampling.partition import LocalPart  # noqa: E402
 
 MB = 1 << 20
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch.futures import Future
 
-from .negatives import true_edge_mask
+from .edge_keys import true_edge_mask
 from .partition import LocalPart
-from .sampler import sample_neighbors
+from .kernel import sample_neighbors
 
 
 @dataclass
@@ -28,7 +28,7 @@ class SampleRequest:
 
     ``exclude`` (link prediction) names edges that must not be returned, per edge type (its
     ``str``): ascending int64 pair keys ``src * num_nodes[dst type] + dst`` (new IDs), as
-    :func:`trainer.negatives.edge_keys` makes. The owner drops sampled edges with those keys,
+    :func:`trainer.data.negatives.edge_keys` makes. The owner drops sampled edges with those keys,
     so a batch's positive edges, their duplicates and their twins never carry messages."""
 
     nodes: dict[str, torch.Tensor]
@@ -73,10 +73,12 @@ class PartServer:
             out[str(et)] = (seed_pos, src_new)
         return out
 
-    def rows(self, name: str, nodes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Rows of the data array ``name`` of owned nodes (per-type new IDs), gathered."""
-        return {t: self.part.node_data[t][name][ids - self.part.start(t)]
-                for t, ids in nodes.items()}
+    def rows(self, asks: dict[str, dict[str, torch.Tensor]]
+             ) -> dict[str, dict[str, torch.Tensor]]:
+        """Rows of owned nodes (per-type new IDs) of several node data arrays at once:
+        ``asks[name][ntype] = ids`` gives ``out[name][ntype]``, gathered."""
+        return {name: {t: self.part.node_data[t][name][ids - self.part.start(t)]
+                       for t, ids in nodes.items()} for name, nodes in asks.items()}
 
 
 def payload_bytes(obj) -> int:

@@ -1,7 +1,7 @@
 """Batches of positive edges with their negatives, sampled around both ends (link prediction).
 
 A batch of ``B`` training edges gets ``B * neg_ratio`` uniform negatives
-(:func:`trainer.negatives.uniform_negatives`, global new IDs: no part needs the whole graph).
+(:func:`trainer.data.negatives.uniform_negatives`, global new IDs: no part needs the whole graph).
 The seed nodes are the distinct ends of positives and negatives per node type; they are
 sampled like any nodes, in one multi-type :meth:`DistNeighborSampler.sample_blocks` call that
 excludes the batch's positives (and their twins) at the owners. Shuffling, prefetching and the
@@ -10,42 +10,18 @@ per-batch random keys are :class:`NodeLoader`'s, over positions in the rank's ed
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from formats import EdgeType
 
-from .dist_sampler import Block, DistNeighborSampler, mix_seed
+from ..batch import Batch
+from ..sampling.dist_sampler import DistNeighborSampler, mix_seed
+from .batches import edge_key, make_batch
 from .features import FeatureFetcher
 from .link_data import LinkEdges, exclusion_keys
 from .loader import NodeLoader
 from .negatives import uniform_negatives
-from .partition import LocalPart
-
-
-@dataclass
-class LinkBatch:
-    """Positive and negative pairs of one batch as positions into the seeds of
-    ``etype.src`` / ``etype.dst`` (the last block's destinations), with the blocks and the
-    input features of ``blocks[0].src_nodes``."""
-
-    etype: EdgeType
-    blocks: list[Block]
-    pos: tuple[torch.Tensor, torch.Tensor]
-    neg: tuple[torch.Tensor, torch.Tensor]
-    x: dict[str, torch.Tensor] | None = None
-
-    @property
-    def input_nodes(self) -> dict[str, torch.Tensor]:
-        return self.blocks[0].src_nodes
-
-    def to(self, device) -> "LinkBatch":
-        move = (lambda t: t.to(device, non_blocking=True))
-        return LinkBatch(self.etype, [b.to(device) for b in self.blocks],
-                         (move(self.pos[0]), move(self.pos[1])),
-                         (move(self.neg[0]), move(self.neg[1])),
-                         None if self.x is None else {t: move(v) for t, v in self.x.items()})
+from ..sampling.partition import LocalPart
 
 
 def seed_nodes(etype: EdgeType, src: torch.Tensor, dst: torch.Tensor
@@ -74,8 +50,10 @@ class LinkLoader(NodeLoader):
         self.part, self.etype, self.edges = part, etype, edges
         self.neg_ratio, self.corrupt_src = neg_ratio, corrupt_src
 
-    def batch(self, epoch: int, i: int, positions: torch.Tensor) -> LinkBatch:
-        """Negatives, seeds, blocks and inputs of batch ``i`` (runs on the loader thread)."""
+    def batch(self, epoch: int, i: int, positions: torch.Tensor) -> Batch:
+        """Batch ``i``: its positives, then their negatives, as ``edge_label_index`` (positions
+        into the seeds of the edge type's two end types) with ``edge_label`` 1 then 0, and the
+        blocks and inputs around the seeds (runs on the loader thread)."""
         et, n = self.etype, self.part.graph.num_nodes
         src, dst = self.edges.src[positions], self.edges.dst[positions]
         key = mix_seed(self.seed, epoch, self.rank, i)
@@ -86,7 +64,9 @@ class LinkLoader(NodeLoader):
                                              torch.cat([dst, neg_dst]))
         blocks = self.sampler.sample_blocks(seeds, key,
                                             exclude=exclusion_keys(self.part, et, src, dst))
+        batch = make_batch(blocks, self.fetcher, self.part.graph, et.dst, seeds, self.feature)
         b = len(src)
-        out = LinkBatch(et, blocks, (src_pos[:b], dst_pos[:b]), (src_pos[b:], dst_pos[b:]))
-        out.x = self.fetcher.inputs(out.input_nodes, self.feature)
-        return out
+        batch.edge_label_index = torch.stack([src_pos, dst_pos])
+        batch.edge_label = torch.cat([torch.ones(b), torch.zeros(len(src_pos) - b)])
+        batch.edge_label_type = edge_key(et)
+        return batch

@@ -17,10 +17,12 @@ from collections.abc import Iterator
 
 import torch
 
-from .dist_sampler import DistNeighborSampler, MiniBatch, mix_seed
+from ..batch import Batch
+from ..sampling.dist_sampler import DistNeighborSampler, mix_seed
+from .batches import make_batch
 from .features import FeatureFetcher
-from .health import tag_batch
-from .partition import LocalPart
+from ..runtime.health import tag_batch
+from ..sampling.partition import LocalPart
 
 
 def rank_seeds(part: LocalPart, ntype: str, mask: str, ranks_per_part: int, local_index: int
@@ -45,15 +47,17 @@ class NodeLoader:
     def __len__(self) -> int:
         return math.ceil(len(self.seeds) / self.batch_size)
 
-    def batch(self, epoch: int, i: int, seeds: torch.Tensor) -> MiniBatch:
+    def batch(self, epoch: int, i: int, seeds: torch.Tensor) -> Batch:
         """Sample and fetch one batch (runs on the background thread)."""
-        mb = self.sampler.sample(self.ntype, seeds, mix_seed(self.seed, epoch, self.rank, i))
-        mb.x = self.fetcher.inputs(mb.input_nodes, self.feature)
+        seeds_by_type = {self.ntype: seeds}
+        blocks = self.sampler.sample_blocks(seeds_by_type, mix_seed(self.seed, epoch, self.rank, i))
+        batch = make_batch(blocks, self.fetcher, self.sampler.graph, self.ntype, seeds_by_type,
+                           self.feature)
         if self.label:
-            mb.y = self.fetcher.fetch(self.label, {self.ntype: seeds})[self.ntype]
-        return mb
+            batch.y = self.fetcher.fetch(self.label, seeds_by_type)[self.ntype]
+        return batch
 
-    def epoch(self, epoch: int) -> Iterator[MiniBatch]:
+    def epoch(self, epoch: int) -> Iterator[Batch]:
         """The batches of one epoch, prepared ahead on a background thread."""
         order = self.seeds
         if self.shuffle:

@@ -20,7 +20,7 @@ from torch.distributed.rendezvous import register_rendezvous_handler
 
 from . import health
 from .netif import NetworkSetupError, resolve, talk_address
-from .service import rank_name
+from ..sampling.service import rank_name
 
 log = logging.getLogger("trainer")
 
@@ -80,11 +80,11 @@ def start(env: RankEnv, device: torch.device, timeout_s: float) -> None:
     """Join the process group (its backend as :func:`backend_for` picks for ``device``, the
     same on every rank) and the RPC group, both on the one store at ``MASTER_ADDR``; every
     blocking call is bounded by ``timeout_s`` so a dead peer ends this rank with an error
-    instead of a hang. Call ``trainer.netif`` first: it picks the interface the process
+    instead of a hang. Call ``trainer.runtime.netif`` first: it picks the interface the process
     groups listen on.
 
     Each rank says who it is in the store and, once both groups are up, beats there
-    (``trainer.health``): a wait that times out can then name the ranks that went silent."""
+    (``trainer.runtime.health``): a wait that times out can then name the ranks that went silent."""
     timeout = timedelta(seconds=timeout_s)
     store = _store(env, timeout)
     health.publish(store, env.rank, health.me(talk_address(env.master_addr)))

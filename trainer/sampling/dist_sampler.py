@@ -41,37 +41,30 @@ class Block:
     src_nodes: dict[str, torch.Tensor]
     num_dst: dict[str, int]
     edges: dict[EdgeType, tuple[torch.Tensor, torch.Tensor]]
+    edge_attr: dict[EdgeType, torch.Tensor] | None = None   # rows of --edge-feat, edge order
 
     def to(self, device) -> "Block":
         return Block({t: v.to(device, non_blocking=True) for t, v in self.src_nodes.items()},
                      dict(self.num_dst),
                      {et: (s.to(device, non_blocking=True), d.to(device, non_blocking=True))
-                      for et, (s, d) in self.edges.items()})
+                      for et, (s, d) in self.edges.items()},
+                     self.edge_attr and {et: a.to(device, non_blocking=True)
+                                         for et, a in self.edge_attr.items()})
 
 
 @dataclass
 class MiniBatch:
-    """Sampler output for a batch of seeds of one node type, with its inputs.
-
-    ``blocks`` run from the input layer to the seeds (``blocks[-1]``'s destinations are the
-    seeds, in the given order); ``x`` holds input rows for ``blocks[0].src_nodes``; ``y`` the
-    seeds' labels (or ``None``)."""
+    """Sampler output for a batch of seeds of one node type: ``blocks`` run from the input
+    layer to the seeds (``blocks[-1]``'s destinations are the seeds, in the given order). The
+    loaders turn blocks into the :class:`trainer.batch.Batch` a model receives."""
 
     ntype: str
     seeds: torch.Tensor
     blocks: list[Block]
-    x: dict[str, torch.Tensor] | None = None
-    y: torch.Tensor | None = None
 
     @property
     def input_nodes(self) -> dict[str, torch.Tensor]:
         return self.blocks[0].src_nodes
-
-    def to(self, device) -> "MiniBatch":
-        return MiniBatch(self.ntype, self.seeds.to(device), [b.to(device) for b in self.blocks],
-                         None if self.x is None else
-                         {t: v.to(device, non_blocking=True) for t, v in self.x.items()},
-                         None if self.y is None else self.y.to(device, non_blocking=True))
 
 
 def mix_seed(*keys: int) -> int:
@@ -138,7 +131,7 @@ class DistNeighborSampler:
                  breakdown: Breakdown | None = None, dedup: str = "stamp"):
         if dedup not in ("stamp", "unique"):
             raise ValueError(f"dedup must be 'stamp' or 'unique', got {dedup!r}")
-        self.p = part.p
+        self.p, self.graph = part.p, part.graph
         self.num_parts = part.graph.num_parts
         self.num_nodes = part.graph.num_nodes
         self.etypes = {str(et): et for et in part.graph.edge_types}

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from ..sampling.edge_keys import true_edge_mask
+
 
 def uniform_negatives(src: torch.Tensor, num_dst_nodes: int, ratio: int,
                       generator: torch.Generator, corrupt_src: bool = False,
@@ -45,24 +47,6 @@ def uniform_negatives(src: torch.Tensor, num_dst_nodes: int, ratio: int,
     neg_src[1::2] = torch.randint(0, num_src_nodes, (n // 2,), device=device,
                                   generator=generator)
     return neg_src, neg_dst
-
-
-def edge_keys(src: torch.Tensor, dst: torch.Tensor, num_dst_nodes: int) -> torch.Tensor:
-    """Sorted distinct keys ``src * num_dst_nodes + dst`` of an edge list, for
-    ``filter_true_edges``. Takes ``src, dst [E]``; returns int64 ``[<= E]``; holds ``O(E)``."""
-    return torch.unique(src.long() * num_dst_nodes + dst.long(), sorted=True)
-
-
-def true_edge_mask(neg_src: torch.Tensor, neg_dst: torch.Tensor,
-                   edge_keys_sorted: torch.Tensor, num_dst_nodes: int) -> torch.Tensor:
-    """Which candidate pairs are existing edges. Takes candidates ``neg_src, neg_dst`` (same
-    shape, any) and ascending ``edge_keys_sorted`` (see ``edge_keys``); returns a bool mask of
-    the candidates' shape. Binary search, ``O(M log E)``; holds ``O(M)`` for ``M`` candidates."""
-    keys = neg_src.long() * num_dst_nodes + neg_dst.long()
-    if len(edge_keys_sorted) == 0:
-        return torch.zeros_like(keys, dtype=torch.bool)
-    pos = torch.searchsorted(edge_keys_sorted, keys).clamp_(max=len(edge_keys_sorted) - 1)
-    return edge_keys_sorted[pos] == keys
 
 
 def filter_true_edges(neg_src: torch.Tensor, neg_dst: torch.Tensor,

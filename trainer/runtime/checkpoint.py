@@ -26,7 +26,8 @@ BEST = "best.pt"
 # options a resumed run must share with the checkpoint: the model's shape and what makes the
 # continuation exact (seeds, batches, optimizer settings)
 RESUME_KEYS = ("target", "task", "hidden", "fanouts", "dropout", "lr", "weight_decay",
-               "batch_size", "seed", "scorer", "neg_ratio", "corrupt_src", "degree_input")
+               "batch_size", "seed", "scorer", "neg_ratio", "corrupt_src", "degree_input",
+               "model", "model_args", "edge_feat")
 
 
 STATE_KEYS = ("model", "optimizer", "history", "config")
@@ -130,7 +131,7 @@ def check_for_embed(path: str, graph) -> None:
     """Before ``trainer embed`` starts ranks: ``path`` is a readable checkpoint of this
     ``graph`` (fingerprint, as ``--resume`` compares it) whose task and target this graph
     has. Raises CheckpointRefused naming each difference (one line). Holds the checkpoint."""
-    from .config import TrainConfig, task_target
+    from ..config import TrainConfig, task_target
     state = _read(path, "--checkpoint")
     if "graph" not in state or "resume" not in state:
         raise CheckpointRefused(f"--checkpoint: {path} records no graph fingerprint (written by an "

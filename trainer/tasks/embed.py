@@ -1,21 +1,21 @@
-"""``python -m trainer embed``: layer-wise full-neighbor inference over every node, distributed
-like training, written per node type by original ID.
+"""``python -m trainer embed``: inference over every node with a trained checkpoint,
+distributed like training, written per node type by original ID.
 
-One rank per part. Layer ``i`` runs over all owned nodes of every type in batches: each batch
-takes *all* in-neighbors (one hop), fetches their layer ``i - 1`` outputs (local rows, or one
-request per owner part) and applies the checkpoint's layer ``i``. A part's outputs of a layer
-are registered as node data of its server before a barrier, so the next layer fetches them like
-features. This is exact (no sampling), and each node is computed once per layer, where sampled
-inference recomputes shared neighborhoods per seed.
+One rank per part. The checkpoint's model is rebuilt from its ``--model`` and
+``--model-args``. A module with ``layer(i, layer, h)`` (the built-ins) gets exact layer-wise
+full-neighbor inference, each node computed once per layer; any other module gets sampled
+inference with the run's evaluation fanouts (:mod:`trainer.tasks.inference`); ``embed.json``
+says which (``"inference"``).
 
 Output ``OUT/`` (written under ``.OUT.partial`` beside it and swapped into place at the end;
 a failed run removes it, and OUT keeps what it held):
-``<ntype>/embeddings.npy`` (float32 ``[num_nodes, D]``, row = original ID; the last layer for
-link prediction, the last hidden layer for node classification), for node classification also
-``<target>/logits.npy`` and ``<target>/predictions.npy`` (int64), and ``embed.json``: the
-files, the checkpoint, and the metrics of these embeddings beside the sampled evaluation
-recorded in the checkpoint at the same epoch. A rank holds its part's outputs of two layers
-(owned nodes x width, float32) and one batch's neighborhoods.
+``<ntype>/embeddings.npy`` (float32 ``[num_nodes, D]``, row = original ID; layer-wise: the last
+layer for link prediction, the last hidden layer for node classification; sampled: the model's
+output, for the types it gives rows for), for node classification also ``<target>/logits.npy``
+and ``<target>/predictions.npy`` (int64), and ``embed.json``: the files, the inference mode,
+the checkpoint, and the metrics of these outputs beside the sampled evaluation recorded in the
+checkpoint at the same epoch. A rank holds its part's outputs of two layers (owned nodes x
+width, float32) and one batch's neighborhoods.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from formats.cli_types import FiniteFloat
 from formats.console import show_progress
 from formats.output import side_paths, swap_into_place
 
-from .cli import BadInput, OneLineErrors, run_as_rank, start_command
-from .launch import LAUNCHER_ENV
-from .netif import IFACE_HELP
-from .outputs import EMBED_JSON
+from ..cli import BadInput, OneLineErrors, run_as_rank, start_command
+from ..runtime.launch import LAUNCHER_ENV
+from ..runtime.netif import IFACE_HELP
+from ..runtime.outputs import EMBED_JSON
 
 log = logging.getLogger("trainer")
 
@@ -89,7 +89,7 @@ def main(graph, checkpoint, out, overwrite, batch_size, device, rpc_timeout, ifa
     if rank is None or LAUNCHER_ENV not in os.environ:
         _check_before_start(meta, checkpoint, out, overwrite, device, rank)
     if rank is None:
-        from .launch import launch_local
+        from ..runtime.launch import launch_local
         log.info("launching %d ranks, one per part", meta.num_parts)
         code = launch_local(sys.argv[1:], meta.num_parts)
         shutil.rmtree(side_paths(out)[0], ignore_errors=True)   # a failed run's partial
@@ -107,8 +107,8 @@ def _check_before_start(meta, checkpoint: str, out: str, overwrite: bool, device
     and, where rank 0 writes, --out. Under torchrun each rank checks the checkpoint."""
     from formats.errors import FormatError
 
-    from .checkpoint import check_for_embed
-    from .outputs import check_embed_out
+    from ..runtime.checkpoint import check_for_embed
+    from ..runtime.outputs import check_embed_out
     try:
         if not os.path.isfile(checkpoint):
             raise FormatError("no such checkpoint file", file=checkpoint)
@@ -131,11 +131,11 @@ def run_embed(graph: str, checkpoint: str, out: str, batch_size: int, device: st
     import torch
     import torch.distributed as dist
 
-    from . import rendezvous
-    from .checkpoint import embed_config
-    from .config import TrainConfig
-    from .health import where
-    from .train import build_model, join
+    from ..runtime import rendezvous
+    from ..runtime.checkpoint import embed_config
+    from ..config import TrainConfig
+    from ..runtime.health import where
+    from ..loop import build_model, join
 
     state = torch.load(checkpoint, map_location="cpu", weights_only=False)
     cfg = TrainConfig(**embed_config(state, graph, device=device, rpc_timeout=rpc_timeout,
@@ -151,9 +151,9 @@ def run_embed(graph: str, checkpoint: str, out: str, batch_size: int, device: st
                          f"features and classes ({first})") from None
     model.eval()
     partial = side_paths(out)[0]
-    where.at("the layer-wise inference")
+    where.at("the inference")
     try:
-        metrics, types = _infer_and_write(rank, cfg, model, batch_size, state, checkpoint,
+        metrics, types, mode = _infer_and_write(rank, cfg, model, batch_size, state, checkpoint,
                                           partial)
         if env.rank == 0:
             swap_into_place(partial, os.path.abspath(out))
@@ -165,7 +165,8 @@ def run_embed(graph: str, checkpoint: str, out: str, batch_size: int, device: st
         key = "test_auc" if cfg.task == "link" else "test_acc"
         epoch = state["history"][-1]["epoch"]
         sampled = state["history"][-1].get(key, float("nan"))
-        print(f"wrote {out}: {', '.join(sorted(types))}; full-neighbor "
+        how = "full-neighbor" if mode == "layer-wise" else "sampled-inference"
+        print(f"wrote {out}: {', '.join(sorted(types))}; {how} "
               f"{key} {metrics[key]:.4f} (sampled evaluation at epoch {epoch}: "
               f"{sampled:.4f})", flush=True)
     where.at("the final barrier")
@@ -180,9 +181,15 @@ def _infer_and_write(rank, cfg, model, batch_size: int, state: dict, checkpoint:
     ``embed.json``. Returns the metrics and the node types written."""
     import torch.distributed as dist
 
+    from .inference import LAYER_WISE, SAMPLED, layerwise, sampled
+
     first = dist.get_rank() == 0
     encoder = model.encoder if cfg.task == "link" else model
-    layers = layerwise(rank, encoder, batch_size, cfg.progress and first)
+    show = cfg.progress and first
+    if callable(getattr(encoder, "layer", None)):
+        mode, layers = LAYER_WISE, layerwise(rank, encoder, len(cfg.fanouts), batch_size, show)
+    else:
+        mode, layers = SAMPLED, [sampled(rank, encoder, batch_size, show)]
     final = layers[-1]
     embedding = final if cfg.task == "link" or len(layers) == 1 else layers[-2]
     files = _files(rank, cfg.task, embedding, final)
@@ -202,47 +209,10 @@ def _infer_and_write(rank, cfg, model, batch_size: int, state: dict, checkpoint:
                        "checkpoint": os.path.abspath(checkpoint), "epoch": epoch, "task": cfg.task,
                        "files": {f"{t}/{name}": [list(shape), dtype]
                                  for (t, name), (_, shape, dtype) in files.items()},
-                       "full_neighbor": metrics, "sampled_at_training": sampled}, f, indent=1)
-    return metrics, {t for t, _ in files}
-
-
-def layerwise(rank, encoder, batch_size: int, progress: bool) -> list[str]:
-    """Run every layer of ``encoder`` over all owned nodes, one layer at a time; each layer's
-    outputs become node data ``__layer<i>`` of this part's server. Returns their names."""
-    import torch
-    import torch.distributed as dist
-    from tqdm.auto import tqdm
-
-    part = rank.server.part
-    sampler, fetcher = rank.sampling([-1], timed=False)
-    owned = {t: torch.arange(len(part.orig_ids[t])) + part.start(t)
-             for t in part.graph.node_types}
-    total = len(encoder.layers) * sum(-(-len(v) // batch_size) for v in owned.values())
-    bar = tqdm(total=total, desc="embed", unit="batch", leave=False, disable=not progress)
-    name, names = "feat", []
-    with torch.no_grad():
-        for i, layer in enumerate(encoder.layers):
-            outputs = {}
-            for t, ids in owned.items():
-                rows = []
-                for j, batch in enumerate(torch.split(ids, batch_size)):
-                    (block,) = sampler.sample_blocks({t: batch}, seed=j)
-                    x = fetcher.inputs(block.src_nodes) if i == 0 else \
-                        fetcher.fetch(name, block.src_nodes)
-                    h = encoder.layer(i, block.to(rank.device),
-                                      {k: v.to(rank.device) for k, v in x.items()})
-                    rows.append(h[t].float().cpu())
-                    bar.update()
-                outputs[t] = torch.cat(rows) if rows else torch.zeros(0, layer.out_dim)
-            name = f"__layer{i + 1}"
-            for t, rows in outputs.items():   # after the layer: its fetches read layer i - 1
-                part.node_data[t][name] = rows
-                part.graph.node_feats.setdefault(t, {})[name] = {
-                    "dtype": "float32", "shape": [layer.out_dim]}
-            names.append(name)
-            dist.barrier()                    # every part's layer i is served from here on
-    bar.close()
-    return names
+                       "inference": mode,
+                       "full_neighbor" if mode == LAYER_WISE else "sampled_inference": metrics,
+                       "sampled_at_training": sampled}, f, indent=1)
+    return metrics, {t for t, _ in files}, mode
 
 
 def _files(rank, task: str, embedding: str, final: str) -> dict:
@@ -250,6 +220,8 @@ def _files(rank, task: str, embedding: str, final: str) -> dict:
     graph = rank.part.graph
     files = {}
     for t in graph.node_types:
+        if embedding not in graph.node_feats.get(t, {}):
+            continue          # a type the model gives no rows for
         width = graph.node_feats[t][embedding]["shape"][0]
         files[(t, "embeddings.npy")] = (embedding, (graph.num_nodes[t], width), "float32")
     if task == "node":
@@ -284,10 +256,10 @@ def _metrics(rank, cfg, model, final: str) -> dict:
     """The task's validation/test metrics of the full-neighbor outputs (exact over ranks)."""
     import torch
 
-    from .train import exact_accuracy
+    from .node import exact_accuracy
     part = rank.server.part
     if cfg.task == "link":
-        from .link_train import LinkTask
+        from .link import LinkTask
         _, fetcher = rank.sampling([-1], timed=False)
 
         def embeddings(nodes):

@@ -1,6 +1,6 @@
 """Link prediction on one rank: train on the part's training edges, evaluate exactly.
 
-Training: :class:`trainer.link_loader.LinkLoader` batches (positives, uniform negatives,
+Training: :class:`trainer.data.link_loader.LinkLoader` batches (positives, uniform negatives,
 blocks without the batch's own edges), binary cross-entropy, DDP. Message passing never sees a
 validation or test edge (their CSC entries are dropped at load, ``without_held_out``).
 
@@ -20,15 +20,16 @@ import math
 import torch
 import torch.distributed as dist
 
-from .config import target_etype
-from .dist_sampler import mix_seed
-from .link_data import LinkEdges, split_edges
-from .link_loader import LinkLoader
+from ..config import target_etype
+from ..data.link_data import LinkEdges, split_edges
+from ..data.link_loader import LinkLoader
+from ..data.negatives import fixed_eval_negatives
+from ..loop import Rank, step, train_batches
+from ..models.contract import seed_embeddings
+from ..models.scorer import link_loss
+from ..sampling.dist_sampler import mix_seed
+from ..sampling.partition import LocalPart
 from .link_metrics import auc, ranks
-from .negatives import fixed_eval_negatives
-from .partition import LocalPart
-from .scorer import link_loss
-from .train import Rank, step, train_batches
 
 HITS = (20, 50, 100)
 SCORE_CHUNK = 1024          # positives scored at once: holds chunk x K x hidden floats
@@ -58,13 +59,19 @@ class LinkTask:
     def num_batches(self) -> int:
         return len(self.loader)
 
+    def first_batch(self):
+        """A training batch of this rank (the model sizes lazy parameters on it)."""
+        return self.loader.batch(0, 0, self.loader.seeds[:self.rank.cfg.batch_size])
+
     def train_epoch(self, ddp, optimizer, epoch: int) -> dict[str, float]:
         """One epoch over this rank's training edges; returns (loss sum, positives)."""
         loss_sum = torch.zeros((), dtype=torch.float64)
         seen = 0
         for i, batch in train_batches(self.rank, ddp, self.loader, epoch):
             with self.rank.breakdown.clock("forward_backward"):
-                pos, neg = ddp(batch.blocks, batch.x, batch.etype, batch.pos, batch.neg)
+                logits = ddp(batch)
+                positive = batch.edge_label.bool()
+                pos, neg = logits[positive], logits[~positive]
                 loss = link_loss(pos, neg)
                 step(loss, optimizer, f"epoch {epoch}, batch {i} (rank {self.rank.env.rank})")
                 # inside the clock: on a GPU, .cpu() waits for the step's kernels
@@ -149,7 +156,7 @@ class LinkTask:
             uniq = torch.unique(ids)
             loader = rank.node_loader(t, uniq, cfg.eval_fanouts or cfg.fanouts,
                                       cfg.eval_batch_size, label=None)
-            rows = [encoder(b.blocks, b.x, t) for b in
+            rows = [seed_embeddings(encoder(b), b, cfg.hidden)[t] for b in
                     (batch.to(rank.device) for batch in loader.epoch(0))]
             out[t] = (uniq.to(rank.device),
                       torch.cat(rows) if rows else torch.zeros(0, cfg.hidden, device=rank.device))

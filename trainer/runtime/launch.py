@@ -6,7 +6,8 @@ now, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``) plus ``GRAP
 and run ``python -m trainer`` with the same arguments.
 
 * When a rank fails (non-zero exit or a signal) the others are ended at once and the launcher
-  exits 1 naming it; a rank found stopped (SIGSTOP, state ``T``) is named as the one that
+  exits 1 naming it (2 when a rank exited 2: bad input, such as a model output of the
+  wrong shape); a rank found stopped (SIGSTOP, state ``T``) is named as the one that
   stopped answering, since the rank that failed usually just timed out waiting for it.
 * SIGTERM and SIGINT to the launcher are forwarded to every rank; ranks still alive after a
   grace period are killed; the launcher exits 128 + the signal number.
@@ -100,7 +101,7 @@ def _watch(procs: list[subprocess.Popen], forwarder: _Forwarder) -> int:
             _blame(procs, failed)
             log.error("ending the other ranks")
             _end(procs)
-            return 1
+            return 2 if any(code == 2 for _, code in failed) else 1   # 2: bad input
         if all(c == 0 for c in codes):
             return 0
         time.sleep(0.1)

@@ -15,6 +15,9 @@ from formats import EdgeType
 from formats.partitioned import PartitionedGraph, load_partitioned
 
 
+ORIG_ID = "__orig_id"      # node data of every part: each owned node's original ID
+
+
 def _tensor(path: str) -> torch.Tensor:
     return torch.from_numpy(np.load(path, mmap_mode="c"))
 
@@ -63,6 +66,9 @@ class LocalPart:
                for et in g.edge_types}
         data = {t: {name: _tensor(g.part_path(p, "node_feats", t, f"{name}.npy"))
                     for name in g.node_feats.get(t, {})} for t in g.node_types}
+        for t in g.node_types:   # served like data: remote ranks fetch them with features
+            data[t][ORIG_ID] = orig[t]
+            g.node_feats.setdefault(t, {})[ORIG_ID] = {"dtype": "int64", "shape": []}
         return cls(g, p, orig, halo, csc, data)
 
     def edge_data(self, etype: EdgeType, name: str) -> torch.Tensor:

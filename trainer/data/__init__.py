@@ -1,0 +1,1 @@
+"""Data a batch carries: features and caches, learnable embeddings, seed loaders, link data, negatives."""

@@ -1,0 +1,56 @@
+"""Sampled blocks and fetched rows into the :class:`trainer.batch.Batch` a model receives.
+
+Every node type and edge type of the graph is present in every layer and dict (empty where a
+batch has none), so ``to_hetero`` models and per-type modules never miss a key. Building it
+moves no data: ``edge_index`` is the block's two index vectors stacked.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..batch import Batch, Layer
+from ..sampling.dist_sampler import Block
+from ..sampling.partition import ORIG_ID
+
+
+
+def edge_key(et) -> tuple[str, str, str]:
+    """An edge type as PyG's ``(src, rel, dst)`` tuple."""
+    return (et.src, et.rel, et.dst)
+
+
+def to_layer(block: Block, node_types: list[str], edge_types: list) -> Layer:
+    """A block as a :class:`Layer` over all of the graph's types."""
+    edges, attrs = {}, {}
+    for et in edge_types:
+        pair = block.edges.get(et)
+        if pair is None:
+            device = next(iter(block.src_nodes.values())).device if block.src_nodes else None
+            edges[edge_key(et)] = torch.zeros((2, 0), dtype=torch.long, device=device)
+            continue
+        src, dst = pair
+        edges[edge_key(et)] = torch.stack([src.long(), dst.long()])
+        if block.edge_attr and et in block.edge_attr:
+            attrs[edge_key(et)] = block.edge_attr[et]
+    return Layer(edges, {t: len(block.src_nodes[t]) if t in block.src_nodes else 0
+                         for t in node_types},
+                 {t: block.num_dst.get(t, 0) for t in node_types}, attrs)
+
+
+def input_nodes(blocks: list[Block], node_types: list[str]) -> dict[str, torch.Tensor]:
+    """The input layer's sources of every node type (empty for a type not reached)."""
+    src = blocks[0].src_nodes
+    empty = torch.zeros(0, dtype=torch.long, device=next(iter(src.values())).device)
+    return {t: src.get(t, empty) for t in node_types}
+
+
+def make_batch(blocks: list[Block], fetcher, graph, target: str,
+               seeds: dict[str, torch.Tensor], feature: str = "feat") -> Batch:
+    """The batch of ``blocks`` (input layer first, last destinations ``seeds``): inputs and
+    original IDs of every sampled node fetched in one request per owner part."""
+    types = list(graph.node_types)
+    nodes = input_nodes(blocks, types)
+    x, extra = fetcher.inputs(nodes, feature, also=(ORIG_ID,))
+    return Batch([to_layer(b, types, list(graph.edge_types)) for b in blocks], x, nodes,
+                 extra[ORIG_ID], {t: len(v) for t, v in seeds.items()}, target)

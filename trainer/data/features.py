@@ -1,0 +1,179 @@
+"""Rows of node data (features, labels) for any nodes: owned rows straight from the
+memory-mapped part, remote rows by one request per owner part (all node types together).
+
+Callers pass unique IDs (a block's source nodes are), so nothing is fetched twice. An optional
+:class:`HaloCache` keeps the rows of the most referenced halo nodes, fetched once at start.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..sampling.dist_sampler import split_by_owner
+from ..sampling.partition import LocalPart, PartitionBook
+from ..sampling.service import PartServer, Transport
+from ..models.spec import CONSTANT_INPUT, data_width
+from ..sampling.timing import Breakdown
+
+
+LOG_DEGREE = "__log_degree"     # node data added at load by add_log_degree
+EMBEDDING = "__embedding"       # learnable input rows of a featureless type (data.embeddings)
+
+
+def add_log_degree(part: LocalPart) -> None:
+    """Register node data ``LOG_DEGREE`` in ``part``: ``log(1 + in-degree)`` of each owned
+    node over every edge type of the part's CSC as served (float32 ``[n, 1]``; for link
+    prediction the training graph, so held-out edges do not leak). Mean aggregation is blind
+    to degree, and on power-law graphs the degrees of an edge's ends say much about whether
+    it exists. Every rank registers it, so remote rows come through the usual requests."""
+    for t in part.graph.node_types:
+        degree = torch.zeros(len(part.orig_ids[t]))
+        for et, csc in part.csc.items():
+            if et.dst == t:
+                degree += (csc.indptr[1:] - csc.indptr[:-1]).cpu().float()
+        part.node_data[t][LOG_DEGREE] = torch.log1p(degree).unsqueeze(1)
+        part.graph.node_feats.setdefault(t, {})[LOG_DEGREE] = {"dtype": "float32",
+                                                               "shape": [1]}
+
+
+class HaloCache:
+    """Rows of one data array for the halo nodes this part's edges reference most, fetched
+    once: ``ids[t]`` sorted new IDs, ``rows[t]`` their rows. Holds at most its byte budget."""
+
+    def __init__(self, name: str, ids: dict[str, torch.Tensor], rows: dict[str, torch.Tensor]):
+        self.name, self.ids, self.rows = name, ids, rows
+
+    @property
+    def nbytes(self) -> int:
+        return sum(r.numel() * r.element_size() for r in self.rows.values())
+
+    @classmethod
+    def build(cls, fetcher: "FeatureFetcher", name: str, budget_bytes: int,
+              scan_rows: int = 1 << 24) -> "HaloCache":
+        """Pick, per node type with ``name``, the halo nodes with the most in-part edges
+        (counted over ``indices`` in slices of ``scan_rows``) within an equal share of the
+        budget, and fetch their rows (one request per owner)."""
+        part, meta = fetcher.part, fetcher.meta
+        types = [t for t in part.graph.node_types if name in meta.get(t, {})]
+        chosen = {}
+        for t in types:
+            halo = part.halo_ids[t].cpu()
+            row_bytes = fetcher.dim(t, name) * torch.empty((), dtype=getattr(
+                torch, meta[t][name]["dtype"])).element_size()
+            k = min(len(halo), budget_bytes // max(len(types), 1) // row_bytes)
+            if k <= 0:
+                continue
+            owned, refs = len(part.orig_ids[t]), torch.zeros(len(halo), dtype=torch.long)
+            for et, csc in part.csc.items():
+                if et.src != t:
+                    continue
+                for chunk in torch.split(csc.indices.cpu(), scan_rows):
+                    chunk = chunk[chunk >= owned].long() - owned
+                    refs += torch.bincount(chunk, minlength=len(halo))
+            chosen[t] = torch.sort(halo[torch.topk(refs, k).indices]).values
+        return cls(name, chosen, fetcher.fetch(name, chosen) if chosen else {})
+
+    def fill(self, ntype: str, ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Copy cached rows of ``ids`` into ``rows``; returns the positions not cached."""
+        cached = self.ids.get(ntype)
+        if cached is None or not len(cached):
+            return torch.arange(len(ids))
+        pos = torch.searchsorted(cached, ids).clamp(max=len(cached) - 1)
+        hit = cached[pos] == ids
+        rows[hit] = self.rows[ntype][pos[hit]]
+        return torch.nonzero(~hit).flatten()
+
+
+class FeatureFetcher:
+    """Gathers rows of node data arrays by new ID across parts, several arrays in one request
+    per owner part. Holds the partition book and the optional :class:`HaloCache`; each call
+    holds the requested rows.
+
+    A model's input for a node type is its ``feat`` rows, else (a type without features) its
+    learnable embedding rows where the part registered them (:data:`EMBEDDING`), else a
+    constant ``[1.0]`` per node; the ``extra_inputs`` columns (log-degree) are appended."""
+
+    def __init__(self, part: LocalPart, server: PartServer, transport: Transport,
+                 breakdown: Breakdown | None = None, cache: HaloCache | None = None,
+                 extra_inputs: tuple[str, ...] = ()):
+        self.part, self.p, self.num_parts = part, part.p, part.graph.num_parts
+        self.extra_inputs = extra_inputs
+        self.meta = part.graph.node_feats
+        self.server, self.transport = server, transport
+        self.book = PartitionBook(part.graph)
+        self.breakdown = breakdown or Breakdown()
+        self.cache = cache
+
+    def dim(self, ntype: str, name: str) -> int:
+        """Row width of ``name`` for ``ntype`` (1 for a type without it: a constant)."""
+        return data_width(self.meta.get(ntype, {}).get(name)) or CONSTANT_INPUT
+
+    def input_name(self, ntype: str, name: str = "feat") -> str | None:
+        """The array a node type's input comes from: ``name``, else its learnable embedding,
+        else None (a constant input)."""
+        have = self.meta.get(ntype, {})
+        return name if name in have else EMBEDDING if EMBEDDING in have else None
+
+    def inputs(self, nodes: dict[str, torch.Tensor], name: str = "feat",
+               also: tuple[str, ...] = ()) -> dict[str, torch.Tensor] | tuple:
+        """Model inputs of ``nodes`` (float32 where columns are appended), in the given order,
+        on CPU; with ``also``, ``(inputs, {array: rows})`` of those arrays too, fetched in the
+        same requests."""
+        names = {t: self.input_name(t, name) for t in nodes}
+        asks: dict[str, dict[str, torch.Tensor]] = {}
+        for t, ids in nodes.items():
+            for n in ([names[t]] if names[t] else []) + list(self.extra_inputs) + list(also):
+                asks.setdefault(n, {})[t] = ids
+        got = self.fetch_many(asks)
+        x = {t: got[names[t]][t] if names[t] else torch.ones((len(ids), CONSTANT_INPUT))
+             for t, ids in nodes.items()}
+        if self.extra_inputs:
+            x = {t: torch.cat([x[t].float().flatten(1), *(got[e][t].float()
+                                                         for e in self.extra_inputs)], 1)
+                 for t in x}
+        return (x, {n: got[n] for n in also}) if also else x
+
+    def fetch(self, name: str, nodes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Rows of ``name`` for ``nodes`` (per-type new IDs), in the given order, on CPU; a
+        constant ``[1.0]`` per node of a type without ``name``."""
+        have = {t: ids for t, ids in nodes.items() if name in self.meta.get(t, {})}
+        out = self.fetch_many({name: have})[name] if have else {}
+        return {t: out[t] if t in out else torch.ones((len(ids), CONSTANT_INPUT))
+                for t, ids in nodes.items()}
+
+    def fetch_many(self, asks: dict[str, dict[str, torch.Tensor]]
+                   ) -> dict[str, dict[str, torch.Tensor]]:
+        """``out[name][ntype]``: rows of node data ``name`` for ``asks[name][ntype]`` (per-type
+        new IDs of nodes that have it), in the given order, on CPU; one request per owner part
+        for all of them (the halo cache's rows are not asked for)."""
+        with self.breakdown.clock("feature_fetch"):
+            out, todo, by_owner = {}, {}, {}
+            for name, nodes in asks.items():
+                nodes = {t: ids.cpu() for t, ids in nodes.items()}
+                out[name] = {t: torch.empty((len(ids), *self.meta[t][name]["shape"]),
+                                            dtype=getattr(torch, self.meta[t][name]["dtype"]))
+                             for t, ids in nodes.items()}
+                cache = self.cache if self.cache is not None and self.cache.name == name \
+                    else None
+                missing = {t: torch.arange(len(ids)) for t, ids in nodes.items()}
+                if cache:
+                    missing = {t: cache.fill(t, ids, out[name][t]) for t, ids in nodes.items()}
+                todo[name] = {t: (nodes[t][pos], pos) for t, pos in missing.items()}
+                by_owner[name] = split_by_owner(
+                    self.book, {t: ids for t, (ids, _) in todo[name].items()}, self.num_parts)
+            requests: dict[int, dict[str, dict[str, torch.Tensor]]] = {}
+            for name, owners in by_owner.items():
+                for q, where in enumerate(owners):
+                    for t, pos in where.items():
+                        requests.setdefault(q, {}).setdefault(name, {})[t] = \
+                            todo[name][t][0][pos]
+            remote = {q: self.transport.call(q, "rows", ask)
+                      for q, ask in requests.items() if q != self.p}
+            answers = {self.p: self.server.rows(requests[self.p])} if self.p in requests else {}
+            answers.update({q: self.transport.wait(q, fut, "feature fetch")
+                            for q, fut in remote.items()})
+            for q, answer in answers.items():
+                for name, rows_by_type in answer.items():
+                    for t, rows in rows_by_type.items():
+                        out[name][t][todo[name][t][1][by_owner[name][q][t]]] = rows
+        return out

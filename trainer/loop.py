@@ -1,0 +1,300 @@
+"""What every task shares on a rank: joining the job (:func:`join`), the model and its DDP
+wrapper (:func:`build_model`), the training batches under DDP ``Join``, the guarded optimizer
+step, and the epoch's records.
+
+A rank serves part ``rank // ranks_per_part``. Per epoch: the loader samples and fetches ahead,
+the model trains under DDP ``Join`` (ranks with fewer batches shadow the others' all-reduces, so
+nothing is dropped and nothing hangs), then the task evaluates exactly over all ranks. Rank 0
+logs, writes metrics and the checkpoints.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from formats.console import show_progress
+from formats.memory import peak_rss_bytes
+from formats.partitioned import load_partitioned
+
+from .config import TrainConfig, target_etype, target_type
+from .data.features import LOG_DEGREE, FeatureFetcher, HaloCache, add_log_degree
+from .data.link_data import without_held_out
+from .data.loader import NodeLoader, rank_seeds
+from .models import registry
+from .models.contract import LinkModel
+from .models.scorer import make_scorer
+from .models.spec import ModelSpec, model_spec
+from .runtime import rendezvous
+from .runtime.health import where
+from .runtime.outputs import write_json_atomic
+from .sampling.dist_sampler import DistNeighborSampler
+from .sampling.partition import LocalPart
+from .sampling.service import PartServer, RpcTransport, serve
+from .sampling.timing import PHASES, Breakdown
+
+log = logging.getLogger("trainer")
+
+
+@dataclass
+class Rank:
+    """What one rank holds: its part (memory-mapped) and server, the transport to the other
+    ranks, the time breakdown, and where the model runs."""
+
+    cfg: TrainConfig
+    env: rendezvous.RankEnv
+    part: LocalPart
+    server: PartServer
+    transport: RpcTransport
+    breakdown: Breakdown
+    device: torch.device
+    ntype: str                 # node task: the type classified; link: the target's dst type
+    cache: HaloCache | None = None
+    extra_inputs: tuple[str, ...] = ()     # node data appended to the features (degree)
+
+    @property
+    def local_index(self) -> int:
+        return self.env.rank % self.cfg.ranks_per_part
+
+    def loader(self, mask: str, fanouts: list[int], batch_size: int, shuffle: bool,
+               timed: bool = True) -> NodeLoader:
+        """Batches over this rank's share of the owned ``mask`` nodes; ``timed``: its sampling
+        and fetch count in the epoch's breakdown (evaluation is timed as a whole)."""
+        seeds = rank_seeds(self.part, self.ntype, mask, self.cfg.ranks_per_part,
+                           self.local_index)
+        return self.node_loader(self.ntype, seeds, fanouts, batch_size, shuffle, timed)
+
+    def node_loader(self, ntype: str, seeds: torch.Tensor, fanouts: list[int],
+                    batch_size: int, shuffle: bool = False, timed: bool = False,
+                    label: str | None = "label") -> NodeLoader:
+        """Batches over the given ``ntype`` seeds (new IDs, any owner)."""
+        sampler, fetcher = self.sampling(fanouts, timed)
+        return NodeLoader(sampler, fetcher, ntype, seeds, batch_size, seed=self.cfg.seed,
+                          rank=self.env.rank, shuffle=shuffle, prefetch=self.cfg.prefetch,
+                          label=label)
+
+    def sampling(self, fanouts: list[int], timed: bool = True
+                 ) -> tuple[DistNeighborSampler, FeatureFetcher]:
+        """A sampler and a feature fetcher over all parts, timed into the epoch's breakdown
+        or not."""
+        breakdown = self.breakdown if timed else Breakdown()
+        # Where the served CSC lives (pinned memory is on "cpu"); on a GPU it names its index
+        # ("cuda:1"): plain "cuda" would mean GPU 0 on the loader's thread, where this rank's
+        # torch.cuda.set_device does not apply.
+        sampler = DistNeighborSampler(self.part, self.server, self.transport, fanouts,
+                                      self.server.device, breakdown)
+        fetcher = FeatureFetcher(self.part, self.server, self.transport, breakdown, self.cache,
+                                 self.extra_inputs)
+        return sampler, fetcher
+
+
+def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
+    """Load and serve this rank's part, then join the process group and RPC."""
+    graph = load_partitioned(cfg.graph)
+    cfg.check(graph.num_parts, env.world_size)
+    ntype = target_etype(graph, cfg.target_etype).dst if cfg.task == "link" else \
+        target_type(graph, cfg.target)
+    device = torch.device(cfg.device)
+    if device.type == "cuda" or cfg.placement == "cuda":   # ranks spread over the GPUs
+        torch.cuda.set_device(env.local_rank % torch.cuda.device_count())
+    if device.type == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device())
+    p = env.rank // cfg.ranks_per_part
+    part = LocalPart.load(cfg.graph, p)
+    if cfg.task == "link":
+        part = without_held_out(part)     # held-out edges never carry messages
+    if cfg.uses_degree_input:
+        add_log_degree(part)
+    server = PartServer(part.place(cfg.placement))
+    serve(server)  # before joining: no request can find this rank without a server
+    rendezvous.start(env, device, cfg.rpc_timeout)
+    log.info("rank %d serves part %d of %d (%d ranks per part)", env.rank, p, graph.num_parts,
+             cfg.ranks_per_part)
+    transport = RpcTransport(cfg.ranks_per_part, env.rank % cfg.ranks_per_part, cfg.rpc_timeout)
+    cache = None
+    if cfg.cache_mb > 0 and graph.num_parts > 1:
+        where.at("the halo cache fetch")
+        start = time.perf_counter()
+        cache = HaloCache.build(FeatureFetcher(server.part, server, transport), "feat",
+                                int(cfg.cache_mb * 2**20))
+        log.info("halo cache: %s rows, %.1f MB, built in %.2f s",
+                 {t: len(v) for t, v in cache.ids.items()}, cache.nbytes / 2**20,
+                 time.perf_counter() - start)
+        transport.take_counters()  # epochs count their own traffic
+    return Rank(cfg, env, server.part, server, transport, Breakdown(), device, ntype, cache,
+                (LOG_DEGREE,) if cfg.uses_degree_input else ())
+
+
+def rank_model_spec(rank: Rank) -> ModelSpec:
+    """The graph's metadata for the model factory (the same on every rank)."""
+    cfg = rank.cfg
+    out_dim = cfg.hidden if cfg.task == "link" else num_classes(rank.part, rank.ntype)
+    return model_spec(rank.part.graph, cfg, rank.ntype, out_dim)
+
+
+def build_model(rank: Rank, first_batch=None):
+    """The model (same initial weights on every rank: seeded, then DDP broadcasts rank 0's),
+    its DDP wrapper and Adam: ``--model``'s module, with class logits (node task), or its
+    embeddings and a scorer (link task). ``first_batch()`` gives a batch to run once before
+    DDP wraps the model when it has lazily sized parameters (PyG's ``in_channels=-1``)."""
+    cfg = rank.cfg
+    spec = rank_model_spec(rank)
+    torch.manual_seed(cfg.seed)
+    model = registry.build(cfg.model, cfg.model_args, spec)
+    if cfg.task == "link":
+        model = LinkModel(model, make_scorer(cfg.scorer, cfg.hidden), cfg.hidden)
+    model = model.to(rank.device)
+    if first_batch is not None and _has_lazy(model):
+        with torch.no_grad():
+            model.eval()
+            model(first_batch().to(rank.device))
+    where.at("the model broadcast")
+    # a heterogeneous batch may miss an edge type, a user's module may leave a branch unused
+    unused = spec.is_hetero or cfg.model not in ("sage", "gat")
+    ddp = DistributedDataParallel(
+        model, device_ids=[rank.device.index] if rank.device.type == "cuda" else None,
+        find_unused_parameters=unused)
+    ddp.register_comm_hook(None, _timed_allreduce(rank.breakdown))
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return model, ddp, optimizer
+
+
+def _has_lazy(model: torch.nn.Module) -> bool:
+    return any(isinstance(p, torch.nn.parameter.UninitializedParameter)
+               for p in model.parameters())
+
+
+def num_classes(part: LocalPart, ntype: str) -> int:
+    """From graph.json (recorded at dispatch), else the largest label over all ranks + 1."""
+    if ntype in part.graph.num_classes:
+        return part.graph.num_classes[ntype]
+    top = torch.tensor([int(part.node_data[ntype]["label"].max()) if
+                        len(part.node_data[ntype]["label"]) else -1])
+    dist.all_reduce(top, op=dist.ReduceOp.MAX)
+    return int(top) + 1
+
+
+def _timed_allreduce(breakdown: Breakdown):
+    """DDP's default all-reduce hook, timed from launch to completion (overlaps backward);
+    a failure in backward from here on is the all-reduce's (the wait is at its end)."""
+    def hook(process_group, bucket):
+        where.step = "the gradient all-reduce"
+        start = time.perf_counter()
+        fut = default_hooks.allreduce_hook(process_group, bucket)
+
+        def done(f):
+            breakdown.add("allreduce", time.perf_counter() - start)
+            return f.value()
+        return fut.then(done)
+    return hook
+
+
+def train_batches(rank: Rank, ddp, loader, epoch: int):
+    """The epoch's batches on the model's device, under DDP ``Join`` (ranks with fewer batches
+    shadow the others' all-reduces), with the progress bar and the testing failure hook."""
+    cfg, env = rank.cfg, rank.env
+    ddp.train()
+    bar = tqdm(total=len(loader), desc=f"epoch {epoch}", unit="batch", leave=False,
+               disable=env.rank != 0 or not show_progress(cfg.progress))
+    with Join([ddp]):
+        for i, batch in enumerate(loader.epoch(epoch)):
+            where.at("the forward/backward", epoch, i)
+            if cfg.fail_rank == env.rank and epoch == cfg.fail_epoch and i == 0:
+                batch = _inject_failure(cfg.fail_mode, env.rank, batch)
+            yield i, batch.to(rank.device)
+            bar.update()
+        where.at("the DDP join", epoch)   # Join's exit: shadowing the others' all-reduces
+    bar.close()
+
+
+def step(loss, optimizer, where: str) -> None:
+    """Backward and optimizer step, refused (NonFiniteLoss, naming ``where``) before a NaN or
+    inf loss spreads to the weights."""
+    if not torch.isfinite(loss.detach()):
+        raise NonFiniteLoss(f"loss is {loss.item()} at {where}: training diverged or an input "
+                            "is not finite; lower --lr or check the data")
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+class NonFiniteLoss(ValueError):
+    """The training loss became NaN or inf (a ValueError: reported without a traceback)."""
+
+
+def _inject_failure(mode: str, rank: int, batch):
+    """Testing (--fail-rank): SIGKILL, hang, NaN inputs (returns the poisoned batch), or raise."""
+    if mode == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "hang":
+        time.sleep(10**6)
+    if mode == "nan":
+        batch.x_dict = {t: v * float("nan") for t, v in batch.x_dict.items()}
+        return batch
+    raise RuntimeError(f"injected failure on rank {rank} (--fail-rank)")
+
+
+def epoch_record(epoch, env, train_s, epoch_s, sums: dict[str, float], times, rpc,
+                  batches) -> dict:
+    """One epoch's common figures, reduced over ranks (``sums`` and bytes summed, times
+    averaged in ``time_per_rank_s`` and listed rank by rank in ``time_by_rank_s``); the
+    task's summed training counts are returned under ``"sums"``."""
+    names = list(PHASES) + ["train_s", "epoch_s"]
+    values = list(sums.values()) + [times[p] for p in PHASES] + [train_s, epoch_s] + \
+        list(rpc.values()) + [batches]
+    total = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(total)
+    most = torch.tensor([train_s, epoch_s, batches, peak_rss_bytes() / 2**20],
+                        dtype=torch.float64)
+    dist.all_reduce(most, op=dist.ReduceOp.MAX)
+    mine = torch.tensor([times[p] for p in PHASES] + [train_s, epoch_s], dtype=torch.float64)
+    each = [torch.empty_like(mine) for _ in range(env.world_size)]
+    dist.all_gather(each, mine)          # stragglers show per rank, not in the mean
+    total, most = total.tolist(), most.tolist()
+    k = len(sums)
+    per_rank = {n: round(v / env.world_size, 4) for n, v in zip(names, total[k:k + len(names)])}
+    by_rank = {n: [round(float(t[i]), 4) for t in each] for i, n in enumerate(names)}
+    rpc_total = dict(zip(rpc, (int(v) for v in total[k + len(names):-1])))
+    return {"sums": dict(zip(sums, total[:k])),
+            "epoch_s": float(most[1]), "train_s": float(most[0]),
+            "batches_total": int(total[-1]), "batches_max_rank": int(most[2]),
+            "peak_rss_mb_max_rank": round(most[3], 1),
+            "time_per_rank_s": per_rank, "time_by_rank_s": by_rank, **rpc_total}
+
+
+def summarize(history: list[dict], metric: str = "val_acc") -> dict:
+    """Final figures: every validation and test metric at the epoch of best ``metric``
+    (earliest on ties), and the last epoch's test value of that metric."""
+    best = max(history, key=lambda r: (r[metric], -r["epoch"]))
+    last = history[-1]
+    test_metric = "test_" + metric.removeprefix("val_")
+    out = {"epochs": len(history), "best_epoch": best["epoch"]}
+    out.update({k: v for k, v in best.items()
+                if k.startswith(("val_", "test_")) and isinstance(v, float)})
+    out[f"final_{test_metric}"] = last[test_metric]
+    out["mean_epoch_s"] = sum(r["epoch_s"] for r in history) / len(history)
+    return out
+
+
+def report(record: dict, history: list[dict], cfg: TrainConfig, task) -> None:
+    t = record["time_per_rank_s"]
+    log.info("epoch %d: %s | %.2f s (train %.2f) | "
+             "per rank: sample local %.2f remote %.2f, fetch %.2f, wait %.2f, fwd/bwd %.2f, "
+             "allreduce %.2f, eval %.2f s | rpc %d req, %.1f MB",
+             record["epoch"], task.describe(record), record["epoch_s"], record["train_s"],
+             t["sample_local"], t["sample_remote"], t["feature_fetch"], t["wait_batch"],
+             t["forward_backward"], t["allreduce"], t["eval"], record["rpc_requests"],
+             (record["rpc_bytes_sent"] + record["rpc_bytes_received"]) / 1e6)
+    if cfg.metrics_out:
+        write_json_atomic(cfg.metrics_out, {"config": asdict(cfg), "epochs": history,
+                                            "summary": summarize(history, task.metric)})

@@ -1,0 +1,1 @@
+"""Models: the built-ins (sage, gat, rgcn), the scorers, and the user-model contract."""

@@ -1,0 +1,1 @@
+"""Processes: launch, rendezvous, interfaces, checkpoints, health, outputs."""

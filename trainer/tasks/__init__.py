@@ -1,0 +1,1 @@
+"""Tasks: node classification, link prediction, embed."""

@@ -50,6 +50,7 @@ RUNS = {
     "dgl_input": ["--out", "{work}/w"],
     "read_checks": ["--workdir", "{work}/w"],
     "synth_rmat": [],
+    "model_parity": ["--workdir", "{work}/w"],
 }
 
 
@@ -337,6 +338,16 @@ def test_bench_train(runs):
     assert runs[0]["rpc_requests_per_epoch"] == 0 and runs[0]["rpc_mb_per_epoch"] == 0
     assert runs[1]["rpc_requests_per_epoch"] > 0 and runs[2]["rpc_requests_per_epoch"] > 0
     assert positive(r["epoch_time_ratio_2_over_1"])
+
+
+def test_bench_model_parity(runs):
+    r = runs.json("model_parity")
+    assert (r["edges"], r["epochs"], r["repeats"]) == (2 * 10**4, 2, 1)
+    for name in ("baseline", "now"):
+        assert positive(r[name]["epoch_s"]) and fraction(r[name]["test_acc"]), r
+    assert positive(r["epoch_time_ratio_now_over_baseline"])
+    # --model sage is today's GraphSAGE: the same seed gives the same losses and accuracies
+    assert r["identical_losses_and_accuracies"] is True, r
 
 
 def ranking_ok(metrics: dict, prefix: str) -> None:

@@ -1,4 +1,17 @@
 """The bundled trainer: reads only the partitioned format (``formats.partitioned``).
 
-Never imports ``pipeline`` or ``dispatch``: a training machine needs only the format.
+Never imports ``pipeline`` or ``dispatch``: a training machine needs only the format. What a
+user's model sees is importable from here (loaded on first use, so the launcher validates a
+run without importing torch): :class:`Batch`, :class:`Layer`, :func:`full_graph_batch`
+(``trainer.batch``) and :class:`ModelSpec` (``trainer.models.spec``).
 """
+
+_PUBLIC = {"Batch": "batch", "Layer": "batch", "full_graph_batch": "batch",
+           "ModelSpec": "models.spec"}
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'trainer' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)

@@ -71,7 +71,7 @@ class BadInput(click.ClickException):
                    "--target-etype (needs `prep split-edges` before dispatch).")
 @click.option("--fanouts", default="10,10", callback=_ints,
               help="Neighbors sampled per hop, from the seeds outward; -1 = all. The number "
-                   "of values is the number of GraphSAGE layers.")
+                   "of values is the number of model layers (spec.num_layers).")
 @click.option("--eval-fanouts", default=None, callback=_ints,
               help="Fanouts for validation/test [default: --fanouts].")
 @click.option("--batch-size", default=512, help="Seed nodes per training batch, per rank.")
@@ -79,7 +79,8 @@ class BadInput(click.ClickException):
 @click.option("--epochs", default=10, help="Epochs to train (a resumed run stops here too).")
 @click.option("--lr", default=0.005, help="Adam learning rate.")
 @click.option("--weight-decay", default=5e-4, help="Adam weight decay.")
-@click.option("--hidden", default=128, help="Hidden width of the GraphSAGE layers.")
+@click.option("--hidden", default=128,
+              help="Hidden width of the model's layers (gat: all heads together).")
 @click.option("--dropout", default=0.5, help="Dropout before every layer.")
 @click.option("--device", default="cpu", type=click.Choice(["cpu", "cuda"]),
               help="Where the model runs (cuda: GPU LOCAL_RANK mod the GPU count; DDP uses "
@@ -159,13 +160,35 @@ class BadInput(click.ClickException):
 @click.option("--fail-mode", default="raise", type=click.Choice(FAIL_MODES), hidden=True)
 @click.option("--fail-epoch", default=0, hidden=True)
 def main(graph, threads, verbose, iface, **options):
-    """Train GraphSAGE on the parts made by `prep dispatch`: node classification or link
+    """Train a GNN on the parts made by `prep dispatch`: node classification or link
     prediction; DDP for gradients, torch.distributed.rpc for remote sampling and features.
+    The model is a built-in (--model sage|gat|rgcn) or your own torch module.
 
     \b
     Examples:
       python -m trainer --graph parts/graph.json --fanouts 15,10,5 --epochs 20
+      python -m trainer --graph parts/graph.json --model gat --model-args '{"heads": 8}'
       python -m trainer --graph parts/graph.json --task link --scorer mlp --epochs 20
+      python -m trainer --graph parts/graph.json --model my_models:build
+
+    \b
+    Models (--model PKG.MODULE:FACTORY):
+      build(spec: trainer.ModelSpec, **model_args) -> torch.nn.Module, imported on every
+      rank. spec: in_dims (per node type), out_dim (classes, or --hidden for links), hidden,
+      num_layers (= len(--fanouts)), dropout, node_types, edge_types ((src, rel, dst)),
+      metadata (PyG's), edge_dims (--edge-feat), target, task.
+      module(batch) gets a trainer.Batch (PyG field names):
+        batch.layers[i]: input layer first; edge_index [2, E] (row 0 source, row 1
+          destination position), num_src, num_dst (destinations = the sources' prefix),
+          edge_attr; so h = conv((h, h[:layer.num_dst]), layer.edge_index)
+        batch.x, batch.n_id, batch.orig_id, batch.batch_size (seeds = first rows), batch.y
+        batch.edge_index, num_sampled_nodes, num_sampled_edges: the whole subgraph in
+          NeighborLoader's layout: model(batch.x, batch.edge_index)[:batch.batch_size]
+        heterogeneous graphs: every field's *_dict form; batch.to_pyg() -> Data/HeteroData
+      Node task: return logits, seeds' rows first ([>= batch_size, classes]); an optional
+      module.loss(out, batch) replaces cross-entropy. Link task: return node embeddings
+      (--hidden wide, a dict per type on heterogeneous graphs); the trainer scores pairs.
+      An optional module.layer(i, layer, h) makes `trainer embed` exact layer-wise.
     """
     rank, meta = start_command(graph, verbose)
     cfg = TrainConfig(graph=graph, **options)

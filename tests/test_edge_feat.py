@@ -215,21 +215,27 @@ def test_link_rows_follow_the_held_out_filter_and_the_exclusion(cora_w):
     exclude = exclusion_keys(part, ET, batch_src, batch_dst)
     pos_keys = set(zip(batch_src.tolist(), batch_dst.tolist()))
     pos_keys |= {(d, s) for s, d in pos_keys}
-    held = set(zip(*(v.tolist() for v in served.parts[0].csc_edges(ET)))) - set(
-        zip(s_new.tolist(), d_new.tolist()))
+    held = set()                       # both parts' held-out edges, by new IDs
+    for full, kept in zip(served.parts, served.served):
+        held |= set(zip(*(v.tolist() for v in full.csc_edges(ET)))) - set(
+            zip(*(v.tolist() for v in kept.csc_edges(ET))))
     assert held
-    total = 0
-    for p, blocks in ((0, served.sampler(0, [-1, -1]).sample_blocks(seeds, 3, exclude=exclude)),
-                      (1, served.sampler(1, [-1, 5]).sample_blocks(seeds, 4, exclude=exclude))):
-        for block in blocks:
+
+    def sampled(p, fanouts, key, excluded):
+        """(pairs, edges checked) of a batch sampled from part ``p``; rows checked."""
+        pairs, total = set(), 0
+        for block in served.sampler(p, fanouts).sample_blocks(seeds, key, exclude=excluded):
             s, d = block.edges[ET]
-            s_ids = block.src_nodes["_N"][s]
-            d_ids = block.src_nodes["_N"][d]
-            pairs = set(zip(s_ids.tolist(), d_ids.tolist()))
-            assert not pairs & pos_keys and not pairs & held
+            s_ids, d_ids = block.src_nodes["_N"][s], block.src_nodes["_N"][d]
             check_rows(ends, torch.stack([s_ids, d_ids]), block.edge_attr[ET], 1)
+            pairs |= set(zip(s_ids.tolist(), d_ids.tolist()))
             total += len(s)
-    assert total > 1000
+        return pairs, total
+
+    for p, fanouts, key in ((0, [-1, -1], 3), (1, [-1, 5], 4)):   # 1: part 0 is remote
+        pairs, total = sampled(p, fanouts, key, exclude)
+        assert total > 1000 and not pairs & pos_keys and not pairs & held
+    assert sampled(0, [-1, -1], 3, None)[0] & pos_keys      # exclusion had edges to drop
 
 
 def run_trainer(*args, env=None, timeout=300):

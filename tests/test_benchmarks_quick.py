@@ -45,6 +45,7 @@ RUNS = {
     "partition": [],
     "pipeline": [],
     "sampling": ["--workdir", "{work}/w"],
+    "edge_feat": ["--workdir", "{work}/w"],
     "chunk": ["--out", "{work}/w"],
     "load_checks": ["--workdir", "{work}/w"],
     "dgl_input": ["--out", "{work}/w"],
@@ -320,6 +321,24 @@ def test_bench_sampling(runs):
             assert positive(r[name]["edges_per_s"]) and positive(r[f"ratio_vs_{name}"])
     if importlib.util.find_spec("dgl") is not None:     # the test extra installs it
         assert "edges_per_s" in r["dgl"], r["dgl"]
+
+
+def test_bench_edge_feat(runs):
+    r = runs.json("edge_feat")
+    assert (r["edges"], r["edge_dim"], r["fanouts"], r["batch_size"]) == (2 * 10**4, 16, [10, 5],
+                                                                         64)
+    s = r["sampler"]
+    for name in ("with", "without"):
+        assert positive(s[name]["edges_per_s"]) and s[name]["edges_per_batch"] > 0, s
+    assert s["with"]["edges_per_batch"] == s["without"]["edges_per_batch"]   # the same sample
+    assert s["with"]["rpc_requests_per_batch"] == s["without"]["rpc_requests_per_batch"] > 0
+    assert s["with"]["rpc_bytes_sent_per_batch"] == s["without"]["rpc_bytes_sent_per_batch"]
+    assert s["extra_bytes_received_per_remote_edge"] == 16 * 4                # float32 rows
+    t = r["trainer"]
+    assert t["same_requests"] and len(t["with"]["rpc_requests_per_epoch"]) == 2
+    assert all(a > b for a, b in zip(t["with"]["rpc_bytes_received_per_epoch"],
+                                     t["without"]["rpc_bytes_received_per_epoch"]))
+    assert positive(t["bytes_received_ratio"]) and seconds(t["with"]["epoch_s"])
 
 
 def test_bench_train(runs):

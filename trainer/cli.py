@@ -28,7 +28,7 @@ from formats.console import setup_logging
 from formats.errors import FormatError
 from formats.partitioned import load_partitioned
 
-from .config import FAIL_MODES, SCORERS, TASKS, TrainConfig, task_target
+from .config import FAIL_MODES, SCORERS, TASKS, TrainConfig, check_edge_feat, task_target
 from .runtime.netif import IFACE_HELP, configure_rank
 
 log = logging.getLogger("trainer")
@@ -198,6 +198,7 @@ def main(graph, threads, verbose, iface, **options):
     try:
         cfg.check(meta.num_parts, int(os.environ.get("WORLD_SIZE", world)))
         target = task_target(meta, cfg)
+        check_edge_feat(meta, cfg.edge_feat)
         _check_outputs(cfg, meta, target, rank)
         _check_model(cfg, meta, rank)
     except FormatError as err:

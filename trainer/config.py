@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 PLACEMENTS = ("cpu", "pinned", "cuda")
 TASKS = ("node", "link")
 SCORERS = ("dot", "mlp")          # trainer.models.scorer's, named here so options check without torch
@@ -127,6 +129,24 @@ def target_type(graph, wanted: str | None) -> str:
         raise ValueError(f"node types with label and train_mask: {labeled}; pick one with "
                          "--target")
     return labeled[0]
+
+
+def check_edge_feat(graph, name: str | None) -> None:
+    """``--edge-feat NAME``: edge data of at least one edge type (graph.json ``edge_feats``),
+    numeric (integer or float) wherever it is: a bool array is a mask, not a feature (and in
+    link prediction the split masks would give the held-out edges away). Raises ValueError
+    naming the option and what exists (one line)."""
+    if name is None:
+        return
+    have = {n for fields in graph.edge_feats.values() for n in fields}
+    typed = [(et, fields[name]) for et, fields in graph.edge_feats.items() if name in fields]
+    if not typed:
+        raise ValueError(f"--edge-feat {name}: no edge type has edge data {name!r} (the graph's "
+                         f"edge data: {', '.join(sorted(have)) or 'none'})")
+    for et, spec in typed:
+        if np.dtype(spec["dtype"]).kind not in "iuf":
+            raise ValueError(f"--edge-feat {name}: edge type {et} stores it as "
+                             f"{spec['dtype']}, not as numbers (integer or float)")
 
 
 def masked_etypes(graph) -> list:

@@ -86,13 +86,14 @@ class Rank:
     def sampling(self, fanouts: list[int], timed: bool = True
                  ) -> tuple[DistNeighborSampler, FeatureFetcher]:
         """A sampler and a feature fetcher over all parts, timed into the epoch's breakdown
-        or not."""
+        or not; the sampler brings ``--edge-feat`` rows with each sample."""
         breakdown = self.breakdown if timed else Breakdown()
         # Where the served CSC lives (pinned memory is on "cpu"); on a GPU it names its index
         # ("cuda:1"): plain "cuda" would mean GPU 0 on the loader's thread, where this rank's
         # torch.cuda.set_device does not apply.
         sampler = DistNeighborSampler(self.part, self.server, self.transport, fanouts,
-                                      self.server.device, breakdown)
+                                      self.server.device, breakdown,
+                                      edge_feat=self.cfg.edge_feat)
         fetcher = FeatureFetcher(self.part, self.server, self.transport, breakdown, self.cache,
                                  self.extra_inputs)
         return sampler, fetcher

@@ -58,7 +58,9 @@ def twins(part: LocalPart, etype: EdgeType) -> list[EdgeType]:
 
 def without_held_out(part: LocalPart) -> LocalPart:
     """``part`` whose CSC lacks every validation and test edge of every masked type: message
-    passing in training and evaluation sees training edges only (and all other types)."""
+    passing in training and evaluation sees training edges only (and all other types). The
+    kept edges remember their stored positions (``LocalCSC.stored_pos``), so ``--edge-feat``
+    rows and ``edge_data`` follow the filter."""
     drop = {et: part.edge_data(et, "val_mask").bool() | part.edge_data(et, "test_mask").bool()
             for et in masked_etypes(part.graph)}
     return part.without_edges(drop)

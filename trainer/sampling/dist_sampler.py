@@ -36,7 +36,9 @@ from .timing import Breakdown
 class Block:
     """One layer's bipartite graph. ``src_nodes[t]`` are per-type new IDs whose first
     ``num_dst[t]`` entries are this layer's destination nodes; ``edges[etype] = (src, dst)``
-    index ``src_nodes[etype.src]`` and the destination prefix of ``src_nodes[etype.dst]``."""
+    index ``src_nodes[etype.src]`` and the destination prefix of ``src_nodes[etype.dst]``;
+    ``edge_attr[etype]`` (with ``--edge-feat``, for the types that have the array, else None)
+    holds row ``i`` of the array for edge ``i`` of ``edges[etype]``."""
 
     src_nodes: dict[str, torch.Tensor]
     num_dst: dict[str, int]
@@ -124,11 +126,16 @@ class DistNeighborSampler:
     ``dedup="unique"`` selects the previous sort-based relabel and owner split
     (:func:`relabel_unique`, :func:`split_by_owner_argsort`; no stamp arrays): a baseline for
     benchmarks, with blocks equal to the default's up to the order of the non-destination
-    source nodes (and so, from the second hop on, of the sampled neighbors)."""
+    source nodes (and so, from the second hop on, of the sampled neighbors).
+
+    ``edge_feat`` (``--edge-feat``): an edge data array whose rows of the sampled edges each
+    owner returns with its sample, in the same request (no extra round trip); the blocks hold
+    them as ``Block.edge_attr``, on ``device``, in edge order."""
 
     def __init__(self, part: LocalPart, server: PartServer, transport: Transport,
                  fanouts: list[int], device: str | torch.device = "cpu",
-                 breakdown: Breakdown | None = None, dedup: str = "stamp"):
+                 breakdown: Breakdown | None = None, dedup: str = "stamp",
+                 edge_feat: str | None = None):
         if dedup not in ("stamp", "unique"):
             raise ValueError(f"dedup must be 'stamp' or 'unique', got {dedup!r}")
         self.p, self.graph = part.p, part.graph
@@ -141,6 +148,7 @@ class DistNeighborSampler:
         self.book = PartitionBook(part.graph, device=self.device)
         self.breakdown = breakdown or Breakdown()
         self.dedup = dedup
+        self.edge_feat = edge_feat
         self.relabeler = Relabeler(part.graph.num_nodes) if dedup == "stamp" else None
         self._split = split_by_owner if dedup == "stamp" else split_by_owner_argsort
 
@@ -159,9 +167,9 @@ class DistNeighborSampler:
         by_owner = self.exclusions_by_owner(exclude) if exclude else None
         blocks: list[Block] = []
         for hop, fanout in enumerate(self.fanouts):
-            edges = self.sample_hop(nodes, fanout, mix_seed(seed, hop), by_owner)
-            block = self.relabeler(nodes, edges) if self.relabeler is not None else \
-                relabel_unique(nodes, edges)
+            edges, attrs = self.sample_hop(nodes, fanout, mix_seed(seed, hop), by_owner)
+            block = self.relabeler(nodes, edges, attrs) if self.relabeler is not None else \
+                relabel_unique(nodes, edges, attrs)
             blocks.insert(0, block)
             nodes = block.src_nodes
         return blocks
@@ -181,13 +189,17 @@ class DistNeighborSampler:
 
     def sample_hop(self, nodes: dict[str, torch.Tensor], fanout: int, seed: int,
                    exclude: list[dict[str, torch.Tensor] | None] | None = None
-                   ) -> dict[EdgeType, tuple[torch.Tensor, torch.Tensor]]:
-        """In-edges sampled for every frontier node: per edge type, (position of the destination
-        in ``nodes[dst type]``, source new ID). ``exclude``: per owner part, the edges it must
-        not return (:meth:`exclusions_by_owner`)."""
+                   ) -> tuple[dict[EdgeType, tuple[torch.Tensor, torch.Tensor]],
+                              dict[EdgeType, torch.Tensor]]:
+        """In-edges sampled for every frontier node: ``(edges, attrs)``, per edge type
+        ``edges[et] = (position of the destination in nodes[dst type], source new ID)`` and,
+        with ``edge_feat``, ``attrs[et]`` the edges' rows (types with the array only; ``{}``
+        without). ``exclude``: per owner part, the edges it must not return
+        (:meth:`exclusions_by_owner`)."""
         by_owner = self._split(self.book, nodes, self.num_parts)
         requests = {q: SampleRequest({t: _take(nodes[t], pos) for t, pos in where.items()},
-                                     fanout, mix_seed(seed, q), exclude and exclude[q])
+                                     fanout, mix_seed(seed, q), exclude and exclude[q],
+                                     self.edge_feat)
                     for q, where in enumerate(by_owner) if where}
         remote = {q: self.transport.call(q, "sample", _to_cpu(req))
                   for q, req in requests.items() if q != self.p}
@@ -202,17 +214,28 @@ class DistNeighborSampler:
         return self._merge(nodes, by_owner, answers)
 
     def _merge(self, nodes, by_owner, answers):
+        """The owners' answers as one edge list per type (owners in part order) and their
+        edge data rows in the same order."""
         parts: dict[str, list] = {}
         for q, answer in sorted(answers.items()):
-            for key, (seed_pos, src) in answer.items():
+            for key, (seed_pos, src, *rows) in answer.items():
                 et = self.etypes[key]
                 where, seed_pos = by_owner[q][et.dst], seed_pos.to(self.device)
                 # a whole frontier sent to one owner: positions in the request are final
                 dst_pos = seed_pos if len(where) == len(nodes[et.dst]) else \
                     where.index_select(0, seed_pos)
-                parts.setdefault(key, []).append((dst_pos, src.to(self.device)))
-        return {self.etypes[key]: (_cat([d for d, _ in chunks]), _cat([s for _, s in chunks]))
-                for key, chunks in parts.items()}
+                parts.setdefault(key, []).append((dst_pos, src.to(self.device), *rows))
+        edges, attrs = {}, {}
+        for key, chunks in parts.items():
+            et = self.etypes[key]
+            edges[et] = (_cat([c[0] for c in chunks]), _cat([c[1] for c in chunks]))
+            rows = [c[2] for c in chunks if len(c) == 3]
+            if rows:
+                if len(rows) != len(chunks):     # parts share graph.json: never on one graph
+                    raise ValueError(f"edge type {key}: some parts returned "
+                                     f"--edge-feat {self.edge_feat} rows, others none")
+                attrs[et] = _cat(rows).to(self.device, non_blocking=True)
+        return edges, attrs
 
 
 def _take(values: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -228,7 +251,7 @@ def _cat(chunks: list[torch.Tensor]) -> torch.Tensor:
 def _to_cpu(request: SampleRequest) -> SampleRequest:
     return SampleRequest({t: v.cpu() for t, v in request.nodes.items()}, request.fanout,
                          request.seed, request.exclude and
-                         {k: v.cpu() for k, v in request.exclude.items()})
+                         {k: v.cpu() for k, v in request.exclude.items()}, request.edge_feat)
 
 
 class Relabeler:
@@ -264,7 +287,8 @@ class Relabeler:
         return sum(s.numel() * s.element_size() for s in self.stamps.values())
 
     def __call__(self, dst_nodes: dict[str, torch.Tensor],
-                 edges: dict[EdgeType, tuple[torch.Tensor, torch.Tensor]]) -> Block:
+                 edges: dict[EdgeType, tuple[torch.Tensor, torch.Tensor]],
+                 edge_attr: dict[EdgeType, torch.Tensor] | None = None) -> Block:
         src_nodes, num_dst, local_src = {}, {}, {}
         types = set(dst_nodes) | {et.src for et in edges}
         with self._lock:
@@ -276,7 +300,8 @@ class Relabeler:
                 src_nodes[t], locals_ = self._relabel_type(t, dst, [edges[et][1] for et in ets])
                 num_dst[t] = len(dst)
                 local_src.update(zip(ets, locals_))
-        return Block(src_nodes, num_dst, {et: (local_src[et], edges[et][0]) for et in edges})
+        return Block(src_nodes, num_dst, {et: (local_src[et], edges[et][0]) for et in edges},
+                     _aligned(edges, edge_attr))
 
     def _claim(self, t: str, ids: torch.Tensor) -> tuple[torch.Tensor, int]:
         """The stamp array of ``t`` (allocated or grown as needed) and the first of
@@ -328,18 +353,21 @@ class Relabeler:
 
 def relabel(dst_nodes: dict[str, torch.Tensor],
             edges: dict[EdgeType, tuple[torch.Tensor, torch.Tensor]],
-            relabeler: Relabeler | None = None) -> Block:
+            relabeler: Relabeler | None = None,
+            edge_attr: dict[EdgeType, torch.Tensor] | None = None) -> Block:
     """Block from destination nodes (unique per type) and sampled (destination position, source
     new ID) edges: per type, sources are the destinations first, then the new IDs seen,
     deduplicated, in order of first occurrence (edge types in ``edges`` order). Returns the
     :class:`Block`; time linear in the edges. ``relabeler`` (a sampler's, reused across
     batches) holds the stamp arrays; without one, a temporary one sized to the largest ID
-    seen per type (4 B per ID) is used."""
-    return (relabeler or Relabeler())(dst_nodes, edges)
+    seen per type (4 B per ID) is used. ``edge_attr[et]``: rows of the edges of ``edges[et]``,
+    in their order, kept as the block's ``edge_attr`` (edges keep their order: no copy)."""
+    return (relabeler or Relabeler())(dst_nodes, edges, edge_attr)
 
 
 def relabel_unique(dst_nodes: dict[str, torch.Tensor],
-                   edges: dict[EdgeType, tuple[torch.Tensor, torch.Tensor]]) -> Block:
+                   edges: dict[EdgeType, tuple[torch.Tensor, torch.Tensor]],
+                   edge_attr: dict[EdgeType, torch.Tensor] | None = None) -> Block:
     """:func:`relabel` by ``torch.unique`` (the previous implementation, a sort of the IDs per
     type): the same nodes and edges, with the non-destination sources in ascending ID order
     instead of first occurrence. The reference for tests and the benchmark's baseline; holds
@@ -363,4 +391,17 @@ def relabel_unique(dst_nodes: dict[str, torch.Tensor],
         src_nodes[t], num_dst[t] = nodes, n_dst
         seg = torch.split(order[inverse[n_dst:]], [len(edges[et][1]) for et in ets])
         local_src.update(zip(ets, seg))
-    return Block(src_nodes, num_dst, {et: (local_src[et], edges[et][0]) for et in edges})
+    return Block(src_nodes, num_dst, {et: (local_src[et], edges[et][0]) for et in edges},
+                 _aligned(edges, edge_attr))
+
+
+def _aligned(edges: dict, edge_attr: dict | None) -> dict | None:
+    """``edge_attr`` for a block of ``edges`` (the relabels keep every edge list's order, so
+    row ``i`` stays edge ``i``'s), checked to hold one row per edge; None when empty."""
+    if not edge_attr:
+        return None
+    for et, rows in edge_attr.items():
+        if len(rows) != len(edges[et][0]):
+            raise ValueError(f"edge_attr of {et}: {len(rows)} rows for {len(edges[et][0])} "
+                             "edges")
+    return dict(edge_attr)

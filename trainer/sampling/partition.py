@@ -35,14 +35,26 @@ class PartitionBook:
 
 @dataclass
 class LocalCSC:
-    """CSC of one edge type in a part: in-edges of the owned destination nodes."""
+    """CSC of one edge type in a part: in-edges of the owned destination nodes.
+
+    ``stored_pos`` (int64, host): each served edge's position in the part's stored CSC, where
+    its edge data rows are; ``None`` when the CSC is the stored one (then a position is its
+    own). Set by :meth:`LocalPart.without_edges`: 8 B per kept edge."""
 
     indptr: torch.Tensor      # int64 [owned dst + 1]
     indices: torch.Tensor     # local source index: owned first, then halo positions
     orig_ids: torch.Tensor    # original edge ID of each edge
+    stored_pos: torch.Tensor | None = None
 
     def to(self, device) -> "LocalCSC":
-        return LocalCSC(self.indptr.to(device), self.indices.to(device), self.orig_ids.to(device))
+        """Structure on ``device``; ``stored_pos`` stays on the host, where edge data is."""
+        return LocalCSC(self.indptr.to(device), self.indices.to(device), self.orig_ids.to(device),
+                        self.stored_pos)
+
+    def stored(self, pos: torch.Tensor) -> torch.Tensor:
+        """Positions in the stored CSC (edge data rows) of served CSC positions ``pos``
+        (host tensors)."""
+        return pos if self.stored_pos is None else self.stored_pos.index_select(0, pos)
 
 
 @dataclass
@@ -72,7 +84,17 @@ class LocalPart:
         return cls(g, p, orig, halo, csc, data)
 
     def edge_data(self, etype: EdgeType, name: str) -> torch.Tensor:
-        """Edge data ``name`` of ``etype`` in this part (CSC order), memory-mapped."""
+        """Edge data ``name`` of ``etype`` in this part, in the order of the CSC as served:
+        the stored array memory-mapped, or, after :meth:`without_edges` dropped some of the
+        type's edges, a copy of the kept rows (so it stays aligned with ``csc``)."""
+        stored = self.stored_edge_data(etype, name)
+        csc = self.csc.get(etype)
+        return stored if csc is None or csc.stored_pos is None else \
+            stored.index_select(0, csc.stored_pos)
+
+    def stored_edge_data(self, etype: EdgeType, name: str) -> torch.Tensor:
+        """Edge data ``name`` of ``etype`` as the part stores it (the stored CSC's order, all
+        of its edges), memory-mapped: index it with :meth:`LocalCSC.stored`."""
         return _tensor(self.graph.part_path(self.p, "edge_feats", etype.dirname, f"{name}.npy"))
 
     def csc_edges(self, etype: EdgeType) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,14 +109,17 @@ class LocalPart:
     def without_edges(self, drop: dict[EdgeType, torch.Tensor]) -> "LocalPart":
         """This part with the edges where ``drop[etype]`` (bool, CSC order) is set removed from
         the CSC (link prediction: held-out edges never carry messages). Holds a filtered copy
-        of each such type's CSC; other types stay mapped."""
+        of each such type's CSC, and the kept edges' positions in the stored CSC
+        (``LocalCSC.stored_pos``, 8 B per kept edge: edge data stays mapped and is read there);
+        other types stay mapped."""
         csc = dict(self.csc)
         for et, mask in drop.items():
             c, keep = self.csc[et], ~mask.bool()
             kept_before = torch.zeros(len(keep) + 1, dtype=torch.int64)
             torch.cumsum(keep.long(), 0, out=kept_before[1:])
             kept = kept_before[c.indptr.long()].to(c.indptr.dtype)   # the new indptr
-            csc[et] = LocalCSC(kept, c.indices[keep], c.orig_ids[keep])
+            stored = c.stored(torch.nonzero(keep).flatten())   # composes with earlier drops
+            csc[et] = LocalCSC(kept, c.indices[keep], c.orig_ids[keep], stored)
         return LocalPart(self.graph, self.p, self.orig_ids, self.halo_ids, csc, self.node_data)
 
     def start(self, ntype: str) -> int:
@@ -110,7 +135,7 @@ class LocalPart:
         if placement == "cpu":
             return self
         move = (lambda t: t.pin_memory()) if placement == "pinned" else (lambda t: t.to("cuda"))
-        csc = {et: LocalCSC(move(c.indptr), move(c.indices), c.orig_ids)
+        csc = {et: LocalCSC(move(c.indptr), move(c.indices), c.orig_ids, c.stored_pos)
                for et, c in self.csc.items()}
         halo = {t: move(h) for t, h in self.halo_ids.items()}
         return LocalPart(self.graph, self.p, self.orig_ids, halo, csc, self.node_data)

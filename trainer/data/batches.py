@@ -21,7 +21,8 @@ def edge_key(et) -> tuple[str, str, str]:
 
 
 def to_layer(block: Block, node_types: list[str], edge_types: list) -> Layer:
-    """A block as a :class:`Layer` over all of the graph's types."""
+    """A block as a :class:`Layer` over all of the graph's types; edge data rows become
+    float32 ``[E, D]`` (PyG's ``edge_attr``; ``D`` = ``spec.edge_dims``, the row flattened)."""
     edges, attrs = {}, {}
     for et in edge_types:
         pair = block.edges.get(et)
@@ -32,7 +33,8 @@ def to_layer(block: Block, node_types: list[str], edge_types: list) -> Layer:
         src, dst = pair
         edges[edge_key(et)] = torch.stack([src.long(), dst.long()])
         if block.edge_attr and et in block.edge_attr:
-            attrs[edge_key(et)] = block.edge_attr[et]
+            rows = block.edge_attr[et]      # as stored: any numeric dtype, any row shape
+            attrs[edge_key(et)] = rows.float().reshape(len(rows), -1)
     return Layer(edges, {t: len(block.src_nodes[t]) if t in block.src_nodes else 0
                          for t in node_types},
                  {t: block.num_dst.get(t, 0) for t in node_types}, attrs)

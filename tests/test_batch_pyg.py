@@ -347,6 +347,14 @@ def test_to_pyg_heterodata_runs_to_hetero_and_rgcn_as_on_the_input_graph(mag):
     assert data[mag.target].batch_size == 48
     for t in mag.types:
         assert torch.equal(data[t].n_id, batch.orig_id_dict[t])
+    nodes, edges = batch.num_sampled_nodes_dict, batch.num_sampled_edges_dict
+    x, ei, _ = trim_to_layer(1, nodes, edges, data.x_dict, data.edge_index_dict)
+    for t, v in x.items():                            # the last hop's nodes and edges gone
+        assert len(v) == sum(nodes[t][:-1])
+    for et, e in ei.items():
+        assert e.shape[1] == sum(edges[et][:-1])
+        assert not e.shape[1] or (int(e[0].max()) < len(x[et[0]]) and
+                                  int(e[1].max()) < len(x[et[2]]))
     full = full_hetero(mag, orig_edges(batch, batch.edge_index_dict))
     torch.manual_seed(0)
     undirected, full_undirected = ToUndirected()(data.clone()), ToUndirected()(full.clone())

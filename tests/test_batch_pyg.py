@@ -151,8 +151,10 @@ def test_pyg_convolutions_on_the_layers_equal_pyg_on_the_input_graph(cora, name)
         conv.eval()
     batch = cora.batch(seeds_orig(cora, 64), [6, 4])
     with_attr = name.endswith("edge_dim")
-    # an edge attribute that is a function of the edge's original ends, so all forms agree
+
     def attr(ei_orig):
+        """An edge attribute that is a function of the edge's original ends: the same in
+        all three forms."""
         return torch.stack([torch.sin(ei_orig[0] * 0.1), torch.cos(ei_orig[1] * 0.3),
                             (ei_orig[0] % 5).float()], 1)
 
@@ -174,12 +176,12 @@ def test_pyg_convolutions_on_the_layers_equal_pyg_on_the_input_graph(cora, name)
     assert h.shape == (64, 7)
 
 
-def full_hetero(graph: Graph, edge_dict: dict, x: dict | None = None) -> HeteroData:
-    """Every node of ``graph`` (its input rows, or ``x``) with only ``edge_dict``'s edges
-    (original IDs)."""
+def full_hetero(graph: Graph, edge_dict: dict) -> HeteroData:
+    """Every node of ``graph`` (its input rows) with only ``edge_dict``'s edges (original
+    IDs)."""
     data = HeteroData()
     for t in graph.types:
-        data[t].x = (x or graph.x)[t]
+        data[t].x = graph.x[t]
     for et, ei in edge_dict.items():
         data[et].edge_index = ei
     return data

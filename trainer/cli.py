@@ -48,7 +48,9 @@ def _model_args(ctx, param, value):
     try:
         return parse_model_args(value)
     except ModelError as err:
-        raise click.BadParameter(str(err).split(": ", 1)[1]) from None
+        # the message names the option and the value; click names the option already (the
+        # value may hold ": " itself, so strip the exact prefix)
+        raise click.BadParameter(str(err).removeprefix("--model-args ")) from None
 
 
 class OneLineErrors(OneLineErrorsMixin, click.Command):

@@ -147,7 +147,8 @@ def build_model(rank: Rank, first_batch=None):
     """The model (same initial weights on every rank: seeded, then DDP broadcasts rank 0's),
     its DDP wrapper and Adam: ``--model``'s module, with class logits (node task), or its
     embeddings and a scorer (link task). ``first_batch()`` gives a batch to run once before
-    DDP wraps the model when it has lazily sized parameters (PyG's ``in_channels=-1``)."""
+    DDP wraps the model when it has lazily sized parameters (PyG's ``in_channels=-1``);
+    without one such a model comes back alone, ``(model, None, None)``, for inference."""
     cfg = rank.cfg
     spec = rank_model_spec(rank)
     torch.manual_seed(cfg.seed)
@@ -159,6 +160,10 @@ def build_model(rank: Rank, first_batch=None):
         with torch.no_grad():
             model.eval()
             model(first_batch().to(rank.device))
+    if _has_lazy(model):
+        # no batch to size them (trainer embed): DDP refuses unsized parameters, and inference
+        # needs neither DDP nor an optimizer; load_state_dict sizes them from the checkpoint
+        return model, None, None
     where.at("the model broadcast")
     # a heterogeneous batch may miss an edge type, a user's module may leave a branch unused
     unused = spec.is_hetero or cfg.model not in ("sage", "gat")

@@ -1,0 +1,15 @@
+"""PyG's GCN on the whole sampled subgraph; in_channels=-1: sized on the first batch."""
+import torch
+from torch_geometric.nn.models import GCN
+
+
+class SubgraphGCN(torch.nn.Module):
+    def __init__(self, spec):
+        super().__init__()
+        self.gcn = GCN(-1, spec.hidden, spec.num_layers, spec.out_dim, dropout=spec.dropout)
+
+    def forward(self, batch):  # the seeds are the first batch_size rows
+        return self.gcn(batch.x, batch.edge_index)[:batch.batch_size]
+
+
+build = SubgraphGCN  # --model examples.models.pyg_gcn:build calls build(spec)

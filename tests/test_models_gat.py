@@ -75,6 +75,16 @@ def test_conv_equals_pyg_gatconv_on_a_bipartite_layer(edge_dim, concat):
     torch.testing.assert_close(our_alpha, ref_alpha, rtol=1e-5, atol=1e-6)
 
 
+def test_edge_features_missing_from_a_batch_are_an_error_unless_the_layer_has_no_edges():
+    conv = GATConv(4, None, 2, 2, edge_dim=3)
+    x = torch.randn(6, 4)
+    with pytest.raises(ValueError, match="edge features"):
+        conv(x, 3, torch.tensor([[4, 5], [0, 1]]))
+    out = conv(x, 3, torch.zeros((2, 0), dtype=torch.long))     # self-loops only
+    out.sum().backward()
+    assert out.shape == (3, 4) and conv.lin_edge.weight.grad is not None   # DDP sees it used
+
+
 def test_attention_is_a_softmax_over_each_destinations_edges():
     """Each destination's attention sums to 1 (with self-loops: every destination, also one
     without edges, attending only to itself) and equals a per-destination softmax of

@@ -87,7 +87,9 @@ class GATConv(nn.Module):
         attended over (self-loops ``(v, v)`` appended for ``v < n_dst`` when on, data
         self-loops dropped) and their attention ``[E', H]`` (each destination's sums to 1;
         dropped out in training). ``h_dst`` is only for a separate destination type (default:
-        the sources' prefix). Holds ``[E', H]`` logits and the ``[S, H*C]`` projection."""
+        the sources' prefix). Raises ValueError when the conv has edge features and
+        ``edge_attr`` is missing for a layer with edges. Holds ``[E', H]`` logits and the
+        ``[S, H*C]`` projection."""
         H, C = self.heads, self.channels
         wh = self.lin(h_src).view(-1, H, C)
         if self.lin_dst is None:
@@ -97,8 +99,13 @@ class GATConv(nn.Module):
         a_src = (wh * self.att_src).sum(-1)                       # [S, H]
         a_dst = (wh_dst * self.att_dst).sum(-1)                   # [n_dst, H]
         a_edge = None
-        if self.lin_edge is not None and edge_attr is not None:
-            e = edge_attr.reshape(len(edge_attr), -1).to(self.lin_edge.weight.dtype)
+        if self.lin_edge is not None:
+            if edge_attr is None and edge_index.shape[1]:
+                raise ValueError("gat: the model was built with edge features (--edge-feat) "
+                                 "but a batch's layer has none for its edges")
+            if edge_attr is None:      # no edges: an empty input keeps lin_edge in the graph
+                edge_attr = h_src.new_zeros((0, self.lin_edge.in_features))
+            e = edge_attr.reshape(len(edge_attr), self.lin_edge.in_features).to(wh.dtype)
             a_edge = (self.lin_edge(e).view(-1, H, C) * self.att_edge).sum(-1)   # [E, H]
         if self.self_loops:
             keep = edge_index[0] != edge_index[1]

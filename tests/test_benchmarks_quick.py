@@ -363,6 +363,8 @@ def test_bench_models(runs):
         assert positive(t["ours_epoch_s"]) and positive(t["pyg_gatconv_epoch_s"])
         assert t["ratio_ours_over_pyg"] == pytest.approx(
             t["ours_epoch_s"] / t["pyg_gatconv_epoch_s"], rel=0.01)
+        assert positive(t["ours_epoch_cpu_s"]) and positive(t["pyg_gatconv_epoch_cpu_s"])
+        assert positive(t["cpu_ratio_ours_over_pyg"])
         # the same weights on the same batches: the two models compute the same outputs
         assert t["eval_max_abs_diff"] < 1e-4, t
     assert timing["cora"]["batches"] == 1 and timing["cora"]["fanouts"] == [-1, -1]

@@ -43,9 +43,9 @@ def edge_softmax(logits: torch.Tensor, dst: torch.Tensor, n_dst: int) -> torch.T
     index = dst.unsqueeze(1).expand_as(logits)
     top = logits.new_full((n_dst, logits.shape[1]), -math.inf)
     top.scatter_reduce_(0, index, logits.detach(), "amax", include_self=True)
-    e = (logits - top[dst]).exp()
+    e = (logits - top.index_select(0, dst)).exp()
     total = logits.new_zeros((n_dst, logits.shape[1])).index_add_(0, dst, e)
-    return e / (total[dst] + 1e-16)     # as PyG's softmax: a zero sum stays finite
+    return e / (total.index_select(0, dst) + 1e-16)   # as PyG's: a zero sum stays finite
 
 
 class GATConv(nn.Module):
@@ -118,7 +118,7 @@ class GATConv(nn.Module):
                 a_edge = torch.cat([a_edge, aggregate_mean(a_edge, edge_index[1], n_dst)])
             edge_index = torch.cat([edge_index, torch.stack([loops, loops])], 1)
         src, dst = edge_index
-        logits = a_src[src] + a_dst[dst]
+        logits = a_src.index_select(0, src) + a_dst.index_select(0, dst)
         if a_edge is not None:
             logits = logits + a_edge
         alpha = edge_softmax(F.leaky_relu(logits, self.negative_slope), dst, n_dst)
@@ -131,7 +131,8 @@ class GATConv(nn.Module):
         (mean of heads), bias added. Holds the ``[E', H*C]`` weighted messages."""
         wh, edge_index, alpha = self.attention(h_src, n_dst, edge_index, edge_attr, h_dst)
         src, dst = edge_index
-        msg = (wh[src] * alpha.unsqueeze(-1)).view(len(src), -1)
+        # index_select, not wh[src]: its backward is an index_add, not a slower index_put
+        msg = (wh.index_select(0, src) * alpha.unsqueeze(-1)).view(len(src), -1)
         out = msg.new_zeros((n_dst, msg.shape[1])).index_add_(0, dst, msg)
         out = out.view(n_dst, self.heads, self.channels)
         out = out.reshape(n_dst, -1) if self.concat else out.mean(1)

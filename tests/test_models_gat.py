@@ -238,13 +238,13 @@ def cora_gat(scheduler, cora_chunked, tmp_path_factory):
 
 def test_gat_trains_on_cora_two_parts_two_ranks(cora_gat):
     """Chance (a one-class predictor) is 0.319 on Cora's test set; 20 epochs of GAT on the
-    unnormalised features measured 0.80-0.82 (seeds 0-2), so 0.75 leaves room while a model
-    that barely learns fails."""
+    unnormalised features measured 0.806, 0.758 and 0.823 (seeds 0-2; this runs seed 0), so
+    0.72 leaves room while a model that barely learns fails."""
     _, _, metrics = cora_gat
     assert metrics["config"]["model"] == "gat"
     last = metrics["epochs"][-1]
     assert last["train_nodes"] == 140 and last["batches_total"] == 2   # one batch per rank
-    assert metrics["summary"]["test_acc"] >= 0.75, metrics["summary"]
+    assert metrics["summary"]["test_acc"] >= 0.72, metrics["summary"]
 
 
 def test_embed_of_a_gat_checkpoint_is_layer_wise_and_equals_a_full_graph_forward(
@@ -274,7 +274,8 @@ def test_embed_of_a_gat_checkpoint_is_layer_wise_and_equals_a_full_graph_forward
 
 def test_gat_trains_on_a_heterogeneous_graph(mag_parts, tmp_path):
     """ogbn-mag-shaped synth, 2 parts / 2 ranks: papers (the only type with features) are
-    classified through attention over every edge type; 8 classes, chance 0.1375."""
+    classified through attention over every edge type; 8 classes, chance 0.1375; 3 epochs
+    measured 0.793, 0.746 and 0.790 (seeds 0-2), so chance + 0.4 leaves room."""
     chunked, graph = mag_parts
     metrics = tmp_path / "m.json"
     proc = run_trainer("--graph", graph, "--model", "gat", "--model-args", '{"heads": 4}',

@@ -77,10 +77,6 @@ class GATConv(nn.Module):
                   *((self.lin_edge.weight, self.att_edge) if edge_dim is not None else ())):
             _glorot(p)
 
-    @property
-    def out_width(self) -> int:
-        return self.heads * self.channels if self.concat else self.channels
-
     def attention(self, h_src: torch.Tensor, n_dst: int, edge_index: torch.Tensor,
                   edge_attr: torch.Tensor | None = None, h_dst: torch.Tensor | None = None):
         """``(wh, edge_index, alpha)``: the sources' projection ``[S, H, C]``, the edges

@@ -40,6 +40,7 @@ PARALLEL = min(4, max(2, (os.cpu_count() or 2) // 2))
 RUNS = {
     "demo": [],
     "link": ["--workdir", "{work}/w"],
+    "models": ["--workdir", "{work}/w"],
     "train": ["--workdir", "{work}/w"],
     "partition_families": [],
     "partition": [],
@@ -367,6 +368,37 @@ def test_bench_model_parity(runs):
     assert positive(r["epoch_time_ratio_now_over_baseline"])
     # --model sage is today's GraphSAGE: the same seed gives the same losses and accuracies
     assert r["identical_losses_and_accuracies"] is True, r
+
+
+def test_bench_models(runs):
+    r = runs.json("models")
+    assert (r["model"], r["epochs"], r["parts"], r["ranks"]) == ("gat", 2, 2, 2)
+    assert set(r["accuracy"]) == {"cora", "citeseer"}
+    for name, published in (("cora", 0.830), ("citeseer", 0.725)):
+        acc = r["accuracy"][name]
+        assert acc["published_test_acc"] == published
+        for features in ("raw", "row_normalised"):
+            run = acc[features]
+            assert run["seeds"] == [0] and len(run["test_acc"]) == 1
+            assert all(map(fraction, run["test_acc"])) and fraction(run["test_acc_mean"])
+            assert run["test_acc_min"] <= run["test_acc_mean"] <= run["test_acc_max"]
+            assert run["mean_minus_published"] == pytest.approx(
+                run["test_acc_mean"] - published, abs=1e-4)
+            assert positive(run["mean_epoch_s"])
+    timing = r["timing"]
+    assert timing["device"] == "cpu" and timing["torch_threads"] >= 1
+    for name in ("cora", "citeseer", "synth"):
+        t = timing[name]
+        assert t["batches"] >= 1 and positive(t["edges_per_epoch"]), t
+        assert positive(t["ours_epoch_s"]) and positive(t["pyg_gatconv_epoch_s"])
+        assert t["ratio_ours_over_pyg"] == pytest.approx(
+            t["ours_epoch_s"] / t["pyg_gatconv_epoch_s"], rel=0.01)
+        assert positive(t["ours_epoch_cpu_s"]) and positive(t["pyg_gatconv_epoch_cpu_s"])
+        assert positive(t["cpu_ratio_ours_over_pyg"])
+        # the same weights on the same batches: the two models compute the same outputs
+        assert t["eval_max_abs_diff"] < 1e-4, t
+    assert timing["cora"]["batches"] == 1 and timing["cora"]["fanouts"] == [-1, -1]
+    assert timing["synth"]["edges"] == 2 * 10**4
 
 
 def ranking_ok(metrics: dict, prefix: str) -> None:

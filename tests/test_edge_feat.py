@@ -326,3 +326,25 @@ def test_user_model_trains_on_edge_rows_with_the_same_requests(cora_w, tmp_path)
         assert b["rpc_bytes_received"] > a["rpc_bytes_received"]
         assert b["rpc_bytes_sent"] == a["rpc_bytes_sent"]
     assert runs["w"]["summary"]["test_acc"] > 0.5     # learns: 0.737 seen; chance 0.319
+
+
+def test_gat_uses_edge_rows_in_training_and_layer_wise_embed(cora_w, tmp_path):
+    """The built-in gat with --edge-feat: its attention takes the rows (the spec's edge_dims),
+    it trains on 2 ranks, and trainer embed, rebuilt from the checkpoint (edge_feat with it),
+    runs layer-wise with the rows of every in-edge."""
+    _, graph_json = cora_w
+    proc = run_trainer("--graph", graph_json, "--model", "gat", "--edge-feat", "w",
+                       "--model-args", '{"heads": 2}', "--fanouts", "5,5", "--batch-size", 64,
+                       "--epochs", 1, "--hidden", 16, "--no-progress", "--threads", 1,
+                       "--checkpoint-dir", tmp_path / "c")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    state = torch.load(tmp_path / "c" / "best.pt", weights_only=False)
+    assert state["config"]["edge_feat"] == "w"
+    assert any("lin_edge" in k for k in state["model"]), sorted(state["model"])[:10]
+    out = tmp_path / "emb"
+    proc = run_trainer("embed", "--graph", graph_json, "--checkpoint", tmp_path / "c",
+                       "--out", out, "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    info = json.loads((out / "embed.json").read_text())
+    assert info["inference"] == "layer-wise"
+    assert np.isfinite(np.load(out / "_N" / "logits.npy")).all()

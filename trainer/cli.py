@@ -28,7 +28,7 @@ from formats.console import setup_logging
 from formats.errors import FormatError
 from formats.partitioned import load_partitioned
 
-from .config import FAIL_MODES, SCORERS, TASKS, TrainConfig, task_target
+from .config import FAIL_MODES, FEATURELESS, SCORERS, TASKS, TrainConfig, task_target
 from .runtime.netif import IFACE_HELP, configure_rank
 
 log = logging.getLogger("trainer")
@@ -123,6 +123,16 @@ class BadInput(click.ClickException):
 @click.option("--degree-input/--no-degree-input", default=None,
               help="Append log(1 + in-degree) to every node's input features (degrees of "
                    "the graph messages run on) [default: on for --task link, off for node].")
+@click.option("--featureless", default="embed", type=click.Choice(FEATURELESS),
+              help="Input of a node type without `feat`: embed = a learnable row per node "
+                   "(--embedding-dim wide), held by the node's owner part and trained with "
+                   "sparse Adam (as DistDGL's DistEmbedding), saved with the checkpoints; "
+                   "constant = the same value 1.0 for every node.")
+@click.option("--embedding-dim", default=64, type=click.IntRange(1),
+              help="Width of the learnable rows of --featureless embed.")
+@click.option("--embedding-lr", default=0.01, type=click.FloatRange(0, min_open=True),
+              help="Learning rate of the sparse Adam that updates those rows (only the rows a "
+                   "batch touched; the model's weights use --lr).")
 @click.option("--seed", default=0, help="Seed of model init, shuffling, sampling and dropout: "
                                         "the same seed gives the same run.")
 @click.option("--rpc-timeout", default=30.0, help="Seconds before an RPC or collective to a "

@@ -7,12 +7,21 @@ the summary picks it). Each records the graph's fingerprint and the options that
 (:class:`CheckpointInfo`): ``--resume`` against another graph or with other such options is
 refused, naming every difference. torch is imported only by the functions that need it, so the
 launcher checks a run without it.
+
+Learnable embeddings (``--featureless embed``) are part of the model but live with their parts:
+each part's first rank writes its table and its sparse optimizer's state beside the checkpoint
+as ``checkpoint.embeddings-part<p>.pt`` (``best.embeddings-part<p>.pt`` beside ``best.pt``),
+recording the epoch, before rank 0 writes the checkpoint itself; the previous one is kept as
+``...part<p>.prev.pt``, so whichever moment a run dies, one of the two matches the checkpoint's
+epoch. Each is ``3 x rows x dim x 4 B`` (rows and Adam moments). A shard missing, or of
+another epoch than its checkpoint, is refused naming the part.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 from dataclasses import dataclass
 
@@ -27,7 +36,8 @@ BEST = "best.pt"
 # continuation exact (seeds, batches, optimizer settings)
 RESUME_KEYS = ("target", "task", "hidden", "fanouts", "dropout", "lr", "weight_decay",
                "batch_size", "seed", "scorer", "neg_ratio", "corrupt_src", "degree_input",
-               "model", "model_args", "edge_feat")
+               "model", "model_args", "edge_feat", "featureless", "embedding_dim",
+               "embedding_lr")
 
 
 STATE_KEYS = ("model", "optimizer", "history", "config")
@@ -192,4 +202,59 @@ def load_checkpoint(folder: str | None, model, optimizer) -> dict | None:
                          f"(--hidden, --fanouts, graph): {err}") from None
     optimizer.load_state_dict(state["optimizer"])
     return state
+
+
+# ---------------------------------------------------------------- learnable embeddings
+
+SHARD = "{stem}.embeddings-part{part}.pt"
+PREVIOUS = "{stem}.embeddings-part{part}.prev.pt"
+
+
+def shard_paths(checkpoint: str, part: int) -> tuple[str, str]:
+    """``(current, previous)`` embedding shard files of ``part`` beside ``checkpoint`` (a
+    ``.pt`` file: ``best.pt`` has ``best.embeddings-part<p>.pt``)."""
+    folder, name = os.path.split(checkpoint)
+    stem = name[:-3] if name.endswith(".pt") else name
+    return tuple(os.path.join(folder, f.format(stem=stem, part=part))
+                 for f in (SHARD, PREVIOUS))
+
+
+def is_shard_name(name: str) -> bool:
+    """Whether ``name`` is an embedding shard (or its partial file) this module writes."""
+    return re.fullmatch(r"\.?(checkpoint|best)\.embeddings-part\d+(\.prev)?\.pt(\.partial)?",
+                        name) is not None
+
+
+def save_embedding_shard(checkpoint: str, part: int, epoch: int, state: dict) -> None:
+    """Write ``part``'s table ``state`` after ``epoch`` beside ``checkpoint``, keeping the
+    previous shard (see the module docstring); atomic."""
+    import torch
+    current, previous = shard_paths(checkpoint, part)
+    if os.path.exists(current):
+        os.replace(current, previous)
+    with replacing_file(current) as tmp:
+        torch.save({"epoch": epoch, "part": part, **state}, tmp)
+
+
+def load_embedding_shard(checkpoint: str, part: int, epoch: int, flag: str) -> dict:
+    """The table state of ``part`` saved with ``checkpoint`` after ``epoch``. Raises
+    CheckpointRefused naming the part, the files and what they hold when none matches."""
+    import torch
+    found = []
+    for path in shard_paths(checkpoint, part):
+        if not os.path.exists(path):
+            continue
+        try:   # mmap: reading the epoch does not read the rows
+            state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        except Exception as err:  # noqa: BLE001 - an unreadable shard is refused alike
+            found.append(f"{os.path.basename(path)} unreadable ({type(err).__name__})")
+            continue
+        if state.get("epoch") == epoch and state.get("part") == part:
+            return state
+        found.append(f"{os.path.basename(path)} of epoch {state.get('epoch')}")
+    current = shard_paths(checkpoint, part)[0]
+    raise CheckpointRefused(
+        f"{flag}: {checkpoint} (epoch {epoch}) has learnable embeddings, but part {part}'s "
+        f"shard {current} " + (f"does not match it ({', '.join(found)})" if found else
+                               "is missing") + ": it is written by that part's first rank")
 

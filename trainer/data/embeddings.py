@@ -1,0 +1,239 @@
+"""Learnable input rows for node types without features (``--featureless embed``), sharded
+with their owner parts, as DistDGL's ``DistEmbedding``.
+
+Each part's first rank holds an :class:`EmbeddingTable`: one row per owned node of every
+featureless type, registered as node data :data:`~trainer.data.features.EMBEDDING`, so any
+rank reads them through the server's ``rows`` request like features. A training step
+(:class:`SparseEmbeddings`) pulls its batch's rows as leaf tensors with grad just before the
+forward, and after the backward pushes each touched row's gradient to its owner, one
+``update_embeddings`` request per owner part; the owner applies a sparse Adam step to those
+rows only (``torch.optim.SparseAdam``: other rows, and their moments, stay bit-identical).
+
+Updates are asynchronous like DistDGL's: no barrier per step, so another rank may read a row
+before or after an update of it (runs of several ranks are reproducible only up to that
+interleaving). A rank waits for its own updates before its next pull (it reads its own writes)
+and all ranks settle theirs before evaluation. Initial rows are keyed by (``--seed``, node
+type, original node ID): the same under any partitioning.
+
+Memory, per part: ``owned rows x --embedding-dim x 4 B x 3`` (the rows and Adam's two
+moments); a step holds its batch's rows and gradients.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..sampling.dist_sampler import split_by_owner
+from ..sampling.partition import LocalPart, PartitionBook
+from ..sampling.service import Transport
+from .features import EMBEDDING, FeatureFetcher
+
+INIT_CHUNK = 1 << 16     # rows hashed at once at init: holds chunk x dim x 8 B
+INIT_SCALE = 1.0         # initial rows are uniform in [-INIT_SCALE, INIT_SCALE)
+
+
+def featureless_types(graph, feature: str = "feat") -> list[str]:
+    """The node types of ``graph`` (graph.json) without ``feature``, in graph order."""
+    return [t for t in graph.node_types if feature not in graph.node_feats.get(t, {})]
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer on uint64 (wrapping arithmetic): a counter-based hash."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def initial_rows(seed: int, ntype: str, orig_ids: torch.Tensor, dim: int) -> torch.Tensor:
+    """Initial rows of nodes ``orig_ids`` of ``ntype``: float32 ``[n, dim]``, uniform in
+    ``[-INIT_SCALE, INIT_SCALE)``, each value a hash of (seed, type, original ID, column), so
+    a node starts the same whatever part holds it. Holds ``INIT_CHUNK x dim x 8 B`` beyond
+    the result."""
+    # arrays throughout: numpy wraps uint64 arrays silently, but warns on scalar overflow
+    key = _mix(np.array([seed], np.uint64) ^ _mix(np.array([zlib.crc32(ntype.encode())],
+                                                            np.uint64)))
+    columns = np.arange(dim, dtype=np.uint64)
+    out = torch.empty((len(orig_ids), dim), dtype=torch.float32)
+    ids = orig_ids.numpy().astype(np.uint64)
+    for start in range(0, len(ids), INIT_CHUNK):
+        counter = ids[start:start + INIT_CHUNK, None] * np.uint64(dim) + columns  # one per value
+        bits = _mix(_mix(counter ^ key))
+        unit = (bits >> np.uint64(40)).astype(np.float32) / np.float32(1 << 24)   # [0, 1)
+        out[start:start + len(unit)] = torch.from_numpy((2 * unit - 1) * INIT_SCALE)
+    return out
+
+
+class EmbeddingTable:
+    """The learnable rows of one part: ``weights[t]`` (float32 ``[owned nodes of t, dim]``)
+    per featureless type, and a ``SparseAdam`` over them. Updates come from any thread (the
+    RPC server's and the training loop's): a lock serialises them. Holds the rows and two
+    Adam moments of the same size (see the module docstring)."""
+
+    def __init__(self, part: LocalPart, types: list[str], dim: int, lr: float, seed: int):
+        self.p, self.dim = part.p, dim
+        self.starts = {t: part.start(t) for t in types}
+        self.weights = {t: torch.nn.Parameter(initial_rows(seed, t, part.orig_ids[t], dim))
+                        for t in types}
+        self.optimizer = torch.optim.SparseAdam(list(self.weights.values()), lr=lr)
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the rows and their Adam moments."""
+        return 3 * sum(w.numel() * 4 for w in self.weights.values())
+
+    def register(self, part: LocalPart) -> None:
+        """Serve the rows as node data ``EMBEDDING`` of ``part`` (the same storage: reads see
+        every update)."""
+        for t, w in self.weights.items():
+            part.node_data[t][EMBEDDING] = w.data
+        register_meta(part, list(self.weights), self.dim)
+
+    def apply(self, grads: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """One sparse Adam step on the rows of ``grads[t] = (owned new IDs, gradient rows
+        [k, dim])``; repeated IDs have their gradients summed. Rows not named are untouched."""
+        with self._lock:
+            for t, (ids, rows) in grads.items():
+                w = self.weights[t]
+                local = ids.long() - self.starts[t]
+                if len(local) and (int(local.min()) < 0 or int(local.max()) >= len(w)):
+                    raise ValueError(f"embedding update for node type {t!r} names nodes that "
+                                     f"part {self.p} does not own")
+                # IDs checked above: the invariant check would only repeat that
+                w.grad = torch.sparse_coo_tensor(local.unsqueeze(0), rows.to(w.dtype), w.shape,
+                                                 check_invariants=False)
+            try:
+                self.optimizer.step()
+            finally:
+                for w in self.weights.values():
+                    w.grad = None
+
+    def state_dict(self) -> dict:
+        """The rows and the optimizer state (CPU tensors)."""
+        with self._lock:
+            return {"rows": {t: w.detach().clone() for t, w in self.weights.items()},
+                    "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict, where: str) -> None:
+        """Restore rows (in place: the served storage stays) and optimizer state; raises
+        ValueError naming ``where`` when the types or shapes differ."""
+        rows = state["rows"]
+        if set(rows) != set(self.weights) or any(rows[t].shape != w.shape
+                                                 for t, w in self.weights.items()):
+            have = {t: list(r.shape) for t, r in rows.items()}
+            want = {t: list(w.shape) for t, w in self.weights.items()}
+            raise ValueError(f"{where}: its embedding rows {have} do not fit this part "
+                             f"({want})")
+        with self._lock, torch.no_grad():
+            for t, w in self.weights.items():
+                w.copy_(rows[t])
+            self.optimizer.load_state_dict(state["optimizer"])
+
+
+def register_meta(part: LocalPart, types: list[str], dim: int) -> None:
+    """Say in ``part``'s graph.json metadata that ``types`` have ``EMBEDDING`` rows (what the
+    fetcher reads to ask for them), also on a rank that holds none of the rows."""
+    for t in types:
+        part.graph.node_feats.setdefault(t, {})[EMBEDDING] = {"dtype": "float32",
+                                                             "shape": [dim]}
+
+
+@dataclass
+class TableRoute:
+    """Where learnable rows are served: ``transport`` reaches the first rank of any part (who
+    holds its table); ``local``: this rank is its part's first rank."""
+
+    transport: Transport
+    local: bool
+
+
+class SparseEmbeddings:
+    """A training rank's side of the learnable rows: :meth:`pull` before the forward,
+    :meth:`push` after the backward, :meth:`settle` at the end of the epoch. Holds the futures
+    of its updates in flight and per-epoch counters."""
+
+    def __init__(self, fetcher: FeatureFetcher, table: EmbeddingTable | None,
+                 transport: Transport, types: list[str], dim: int):
+        self.fetcher, self.table, self.transport = fetcher, table, transport
+        self.types, self.dim = types, dim
+        self.book: PartitionBook = fetcher.book
+        self.pending: list[tuple[int, object]] = []
+        self.counters = {"pull_s": 0.0, "push_s": 0.0, "rows": 0, "push_bytes": 0}
+
+    def pull(self, batch, device) -> dict[str, torch.Tensor]:
+        """Put the current rows of the batch's nodes of featureless types into
+        ``batch.x_dict[t][:, :dim]`` as leaf tensors with grad (on ``device``); returns them
+        by type. Waits for this rank's updates in flight first."""
+        self.wait()
+        start = time.perf_counter()
+        ids = {t: batch.n_id_dict[t].cpu() for t in self.types
+               if t in batch.n_id_dict and len(batch.n_id_dict[t])}
+        rows = self.fetcher.fetch_many({EMBEDDING: ids})[EMBEDDING] if ids else {}
+        leaves = {}
+        for t, r in rows.items():
+            leaf = r.to(device).requires_grad_()
+            x = batch.x_dict[t]
+            batch.x_dict[t] = torch.cat([leaf, x[:, self.dim:]], 1) if x.shape[1] > self.dim \
+                else leaf
+            leaves[t] = leaf
+        self.counters["pull_s"] += time.perf_counter() - start
+        return leaves
+
+    def push(self, batch, leaves: dict[str, torch.Tensor]) -> None:
+        """Send the gradients of ``leaves`` (after the backward) to the owners of their rows,
+        one request per owner part; this rank's own part is updated in place. Does not wait
+        for remote owners."""
+        start = time.perf_counter()
+        grads = {t: (batch.n_id_dict[t].cpu(), leaf.grad.detach().cpu())
+                 for t, leaf in leaves.items() if leaf.grad is not None}
+        owners = split_by_owner(self.book, {t: ids for t, (ids, _) in grads.items()},
+                                self.fetcher.num_parts)
+        for q, where in enumerate(owners):
+            if not where:
+                continue
+            ask = {t: (grads[t][0][pos], grads[t][1][pos]) for t, pos in where.items()}
+            self.counters["rows"] += sum(len(pos) for pos in where.values())
+            if q == self.fetcher.p and self.table is not None:
+                self.table.apply(ask)
+            else:
+                self.counters["push_bytes"] += sum(i.numel() * 8 + g.numel() * 4
+                                                   for i, g in ask.values())
+                self.pending.append((q, self.transport.call(q, "update_embeddings", ask)))
+        self.counters["push_s"] += time.perf_counter() - start
+
+    def wait(self) -> None:
+        """Until this rank's updates in flight are applied (a failed one raises, naming the
+        owner)."""
+        start = time.perf_counter()
+        pending, self.pending = self.pending, []
+        for q, fut in pending:
+            self.transport.wait(q, fut, "embedding update")
+        self.counters["push_s"] += time.perf_counter() - start
+
+    def settle(self) -> None:
+        """End of an epoch's training: every rank's updates applied (this rank's waited for,
+        then a barrier), so evaluation and checkpoints read final rows."""
+        import torch.distributed as dist
+        self.wait()
+        dist.barrier()
+
+    def epoch_counters(self) -> dict:
+        """The epoch's figures over all ranks (a collective), counters reset:
+        ``embedding_pull_s`` / ``embedding_push_s`` (per rank, mean: pulling rows, pushing
+        and waiting for updates), ``embedding_rows`` (gradient rows pushed) and
+        ``embedding_push_bytes`` (IDs and gradients sent to other parts), summed."""
+        import torch.distributed as dist
+        names = list(self.counters)
+        total = torch.tensor([float(self.counters[n]) for n in names], dtype=torch.float64)
+        dist.all_reduce(total)
+        self.counters = {n: type(v)() for n, v in self.counters.items()}
+        world = dist.get_world_size()
+        return {f"embedding_{n}": round(v / world, 4) if n.endswith("_s") else int(v)
+                for n, v in zip(names, total.tolist())}

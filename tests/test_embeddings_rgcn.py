@@ -141,7 +141,7 @@ def test_initial_rows_follow_the_original_id_not_the_part(featureless):
     from trainer.data.embeddings import initial_rows
     assert torch.equal(initial_rows(3, "author", orig, 4), rows)
     assert not torch.equal(initial_rows(4, "author", orig, 4), rows)
-    assert rows.abs().max() <= 1 and rows.std() > 0.5       # uniform in [-1, 1)
+    assert rows.abs().max() <= 0.5 and rows.std() > 0.25      # uniform in [-1/2, 1/2)
 
 
 # ------------------------------------------------------------------ R-GCN against references
@@ -300,13 +300,13 @@ def test_rgcn_learns_featureless_labels_from_embeddings_and_checkpoints_carry_th
         featureless, tmp_path):
     """Acceptance (2 parts, 2 ranks): no type has features, labels are planted communities.
     Learnable embeddings reach far above chance; constant inputs cannot tell nodes apart
-    (measured: 0.83-0.88 against 0.12 after 4 epochs; the majority class holds 0.14). Then the
+    (measured: 0.93 after 4 epochs against 0.12; the majority class holds 0.14). Then the
     checkpoint folder holds each part's shard of the last epoch, ``--resume`` continues from
     the trained rows (not from fresh ones), and ``trainer embed``'s layer-wise inference over
     the trained rows scores like the sampled evaluation."""
     chunked, graph = featureless
     ckpt = tmp_path / "ckpt"
-    runs = {mode: trainer("--graph", graph, *RUN, "--epochs", 4 if mode == "embed" else 2,
+    runs = {mode: trainer("--graph", graph, *RUN, "--epochs", 4 if mode == "embed" else 1,
                           "--featureless", mode, "--checkpoint-dir", tmp_path / f"ck-{mode}"
                           if mode == "constant" else ckpt,
                           "--metrics-out", tmp_path / f"{mode}.json")
@@ -348,15 +348,16 @@ def test_rgcn_learns_featureless_labels_from_embeddings_and_checkpoints_carry_th
     finish(embed)
     epochs = json.loads((tmp_path / "resumed.json").read_text())["epochs"]
     assert [e["loss"] for e in epochs[:4]] == [e["loss"] for e in m["embed"]["epochs"]]
-    # from the trained rows the run goes on where it was; from fresh rows the trained
-    # weights would see noise, and accuracy would fall back towards chance (see
-    # test_a_resume_without_the_trained_rows_falls_back)
+    # from the trained rows the loss goes on falling (measured 0.067 -> 0.024); from fresh
+    # rows the trained weights see other inputs and it rises (measured 0.067 -> 0.72)
+    assert epochs[4]["loss"] < epochs[3]["loss"], epochs
     assert epochs[4]["test_acc"] >= epochs[3]["test_acc"] - 0.05, epochs
     meta = json.loads((out / "embed.json").read_text())
     assert meta["inference"] == "layer-wise"
     assert meta["full_neighbor"]["test_acc"] >= chance + 0.5, meta
+    # measured 0.927, as sampled; over fresh rows it scores 0.36
     assert abs(meta["full_neighbor"]["test_acc"] - meta["sampled_at_training"]["test_acc"]) \
-        < 0.1, meta
+        < 0.06, meta
     assert np.load(out / "paper" / "predictions.npy").shape == (len(test),)
 
 

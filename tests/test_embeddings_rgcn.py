@@ -359,6 +359,13 @@ def test_rgcn_learns_featureless_labels_from_embeddings_and_checkpoints_carry_th
     assert abs(meta["full_neighbor"]["test_acc"] - meta["sampled_at_training"]["test_acc"]) \
         < 0.06, meta
     assert np.load(out / "paper" / "predictions.npy").shape == (len(test),)
+    # the trained input rows written out by original ID are the best epoch's shards
+    for p in range(2):
+        part = LocalPart.load(graph, p)
+        rows = torch.load(shard_paths(str(ckpt / "best.pt"), p)[0], weights_only=True)["rows"]
+        for t in ("paper", "author"):
+            written = np.load(out / t / "input_embeddings.npy")[part.orig_ids[t].numpy()]
+            assert np.array_equal(written, rows[t].numpy()), (p, t)
 
 
 def test_a_missing_or_stale_shard_is_refused(featureless, tmp_path):

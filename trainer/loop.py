@@ -63,8 +63,8 @@ class Rank:
     ntype: str                 # node task: the type classified; link: the target's dst type
     cache: HaloCache | None = None
     extra_inputs: tuple[str, ...] = ()     # node data appended to the features (degree)
-    tables: TableRoute | None = None       # --featureless embed: where learnable rows live
-    embeddings: SparseEmbeddings | None = None   # ... and their pulls and pushes
+    table_route: TableRoute | None = None  # learnable rows, ranks per part > 1: where they live
+    embeddings: SparseEmbeddings | None = None   # --featureless embed: pulls and pushes
 
     @property
     def table(self) -> EmbeddingTable | None:
@@ -103,7 +103,7 @@ class Rank:
         sampler = DistNeighborSampler(self.part, self.server, self.transport, fanouts,
                                       self.server.device, breakdown)
         fetcher = FeatureFetcher(self.part, self.server, self.transport, breakdown, self.cache,
-                                 self.extra_inputs, self.tables,
+                                 self.extra_inputs, self.table_route,
                                  defer_embeddings=timed and self.embeddings is not None)
         return sampler, fetcher
 
@@ -151,9 +151,9 @@ def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
         # those through a transport of local index 0
         first = transport if cfg.ranks_per_part == 1 else \
             RpcTransport(cfg.ranks_per_part, 0, cfg.rpc_timeout)
-        rank.tables = TableRoute(first, table is not None) if cfg.ranks_per_part > 1 else None
+        rank.table_route = TableRoute(first, table is not None) if cfg.ranks_per_part > 1 else None
         fetcher = FeatureFetcher(rank.part, server, transport, rank.breakdown, None, (),
-                                 rank.tables)
+                                 rank.table_route)
         rank.embeddings = SparseEmbeddings(fetcher, table, first, types, cfg.embedding_dim)
     return rank
 

@@ -51,7 +51,7 @@ def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
             evaluation = task.evaluate(model)
         where.at("the metrics all-reduce", epoch)
         record = epoch_record(epoch, env, train_s, time.perf_counter() - start, sums,
-                               rank.breakdown.take(), rank.transport.take_counters(),
+                               rank.breakdown.take(), rpc_counters(rank),
                                task.num_batches)
         record = {"epoch": epoch, **task.train_metrics(record.pop("sums")), **evaluation,
                   **record}
@@ -72,6 +72,17 @@ def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
     dist.barrier()
     rendezvous.stop()
     return summarize(history, task.metric)
+
+
+def rpc_counters(rank) -> dict:
+    """The epoch's RPC counters of every transport the rank sends through (with several
+    ranks per part, learnable rows travel to the parts' first ranks on their own)."""
+    out = rank.transport.take_counters()
+    route = rank.table_route
+    if route is not None and route.transport is not rank.transport:
+        for name, value in route.transport.take_counters().items():
+            out[name] += value
+    return out
 
 
 def save_tables(rank, folder: str, epoch: int, best: bool) -> None:

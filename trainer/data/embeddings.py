@@ -10,8 +10,8 @@ forward, and after the backward pushes each touched row's gradient to its owner,
 rows only (``torch.optim.SparseAdam``: other rows, and their moments, stay bit-identical).
 
 Updates are asynchronous like DistDGL's: no barrier per step, so another rank may read a row
-before or after an update of it (runs of several ranks are reproducible only up to that
-interleaving). A rank waits for its own updates before its next pull (it reads its own writes)
+before, after or (Hogwild-style) during an update of it; runs of several ranks are
+reproducible only up to that interleaving. A rank waits for its own updates before its next pull (it reads its own writes)
 and all ranks settle theirs before evaluation. Initial rows are keyed by (``--seed``, node
 type, original node ID): the same under any partitioning.
 

@@ -99,18 +99,18 @@ class FeatureFetcher:
     constant ``[1.0]`` per node; the ``extra_inputs`` columns (log-degree) are appended.
 
     Learnable rows live on each part's first rank (:mod:`trainer.data.embeddings`):
-    ``tables`` reaches those ranks and says whether this rank is its part's (``None``: the
+    ``table_route`` reaches those ranks and says whether this rank is its part's (``None``: the
     ranks ``transport`` reaches hold them, one rank per part). ``defer_embeddings``: training
     batches get zeros in place of those rows, which the training step pulls just before its
     forward (fresh rows, read after this rank's own last update)."""
 
     def __init__(self, part: LocalPart, server: PartServer, transport: Transport,
                  breakdown: Breakdown | None = None, cache: HaloCache | None = None,
-                 extra_inputs: tuple[str, ...] = (), tables: "TableRoute | None" = None,
+                 extra_inputs: tuple[str, ...] = (), table_route: "TableRoute | None" = None,
                  defer_embeddings: bool = False):
         self.part, self.p, self.num_parts = part, part.p, part.graph.num_parts
         self.extra_inputs = extra_inputs
-        self.tables, self.defer_embeddings = tables, defer_embeddings
+        self.table_route, self.defer_embeddings = table_route, defer_embeddings
         self.meta = part.graph.node_feats
         self.server, self.transport = server, transport
         self.book = PartitionBook(part.graph)
@@ -180,20 +180,24 @@ class FeatureFetcher:
             # (owner part, whose rows): learnable rows may live on another rank of the part
             requests: dict[tuple[int, bool], dict[str, dict[str, torch.Tensor]]] = {}
             for name, owners in by_owner.items():
-                table = self.tables is not None and name == EMBEDDING
+                table = self.table_route is not None and name == EMBEDDING
                 for q, where in enumerate(owners):
                     for t, pos in where.items():
                         requests.setdefault((q, table), {}).setdefault(name, {})[t] = \
                             todo[name][t][0][pos]
             local = {key for key in requests
-                     if key[0] == self.p and (not key[1] or self.tables.local)}
-            remote = {key: (self.tables.transport if key[1] else self.transport).call(
-                key[0], "rows", ask) for key, ask in requests.items() if key not in local}
+                     if key[0] == self.p and (not key[1] or self.table_route.local)}
+            remote = {key: self._via(key).call(key[0], "rows", ask)
+                      for key, ask in requests.items() if key not in local}
             answers = [(key[0], self.server.rows(requests[key])) for key in local]
-            answers += [(key[0], (self.tables.transport if key[1] else self.transport).wait(
-                key[0], fut, "feature fetch")) for key, fut in remote.items()]
+            answers += [(key[0], self._via(key).wait(key[0], fut, "feature fetch"))
+                        for key, fut in remote.items()]
             for q, answer in answers:
                 for name, rows_by_type in answer.items():
                     for t, rows in rows_by_type.items():
                         out[name][t][todo[name][t][1][by_owner[name][q][t]]] = rows
         return out
+
+    def _via(self, key: tuple[int, bool]) -> Transport:
+        """The transport of a request ``(owner part, for learnable rows)``."""
+        return self.table_route.transport if key[1] else self.transport

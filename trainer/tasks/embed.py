@@ -12,7 +12,10 @@ a failed run removes it, and OUT keeps what it held):
 ``<ntype>/embeddings.npy`` (float32 ``[num_nodes, D]``, row = original ID; layer-wise: the last
 layer for link prediction, the last hidden layer for node classification; sampled: the model's
 output, for the types it gives rows for), for node classification also ``<target>/logits.npy``
-and ``<target>/predictions.npy`` (int64), and ``embed.json``: the files, the inference mode,
+and ``<target>/predictions.npy`` (int64), with learnable embeddings (``--featureless embed``)
+``<ntype>/input_embeddings.npy`` of each featureless type (float32 ``[num_nodes,
+--embedding-dim]``: the trained input rows, loaded from the checkpoint's part shards, which
+are also what the model reads), and ``embed.json``: the files, the inference mode,
 the checkpoint, and the metrics of these outputs beside the sampled evaluation recorded in the
 checkpoint at the same epoch. A rank holds its part's outputs of two layers (owned nodes x
 width, float32) and one batch's neighborhoods.
@@ -239,6 +242,7 @@ def _infer_and_write(rank, cfg, model, batch_size: int, state: dict, checkpoint:
 
 def _files(rank, task: str, embedding: str, final: str) -> dict:
     """``(type, file name) -> (layer name, shape, dtype)`` of the outputs."""
+    from ..data.features import EMBEDDING
     graph = rank.part.graph
     files = {}
     for t in graph.node_types:
@@ -246,6 +250,11 @@ def _files(rank, task: str, embedding: str, final: str) -> dict:
             continue          # a type the model gives no rows for
         width = graph.node_feats[t][embedding]["shape"][0]
         files[(t, "embeddings.npy")] = (embedding, (graph.num_nodes[t], width), "float32")
+    for t in graph.node_types:     # the trained learnable input rows (--featureless embed)
+        if EMBEDDING in graph.node_feats.get(t, {}):
+            width = graph.node_feats[t][EMBEDDING]["shape"][0]
+            files[(t, "input_embeddings.npy")] = (EMBEDDING, (graph.num_nodes[t], width),
+                                                  "float32")
     if task == "node":
         classes = graph.node_feats[rank.ntype][final]["shape"][0]
         n = graph.num_nodes[rank.ntype]

@@ -125,9 +125,11 @@ class BadInput(click.ClickException):
                    "the graph messages run on) [default: on for --task link, off for node].")
 @click.option("--featureless", default="embed", type=click.Choice(FEATURELESS),
               help="Input of a node type without `feat`: embed = a learnable row per node "
-                   "(--embedding-dim wide), held by the node's owner part and trained with "
-                   "sparse Adam (as DistDGL's DistEmbedding), saved with the checkpoints; "
-                   "constant = the same value 1.0 for every node.")
+                   "(--embedding-dim wide), held by the node's owner part (12 B per value "
+                   "with Adam's moments) and trained with sparse Adam, asynchronously as "
+                   "DistDGL's DistEmbedding (with several ranks a run repeats only up to the "
+                   "interleaving of updates), saved with the checkpoints; constant = the same "
+                   "value 1.0 for every node.")
 @click.option("--embedding-dim", default=64, type=click.IntRange(1),
               help="Width of the learnable rows of --featureless embed.")
 @click.option("--embedding-lr", default=0.01, type=click.FloatRange(0, min_open=True),

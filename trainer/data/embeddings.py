@@ -10,10 +10,12 @@ forward, and after the backward pushes each touched row's gradient to its owner,
 rows only (``torch.optim.SparseAdam``: other rows, and their moments, stay bit-identical).
 
 Updates are asynchronous like DistDGL's: no barrier per step, so another rank may read a row
-before, after or (Hogwild-style) during an update of it; runs of several ranks are
-reproducible only up to that interleaving. A rank waits for its own updates before its next pull (it reads its own writes)
-and all ranks settle theirs before evaluation. Initial rows are keyed by (``--seed``, node
-type, original node ID): the same under any partitioning.
+before, after or (Hogwild-style) during an update of it; runs of several ranks repeat only up
+to that interleaving. A rank waits for its own updates before its next pull (it reads its own
+writes; the rows are pulled on the training thread, not prefetched), and all ranks settle
+theirs before evaluation, so one rank alone repeats a run exactly, and resumes it exactly.
+Initial rows are keyed by (``--seed``, node type, original node ID): the same under any
+partitioning.
 
 Memory, per part: ``owned rows x --embedding-dim x 4 B x 3`` (the rows and Adam's two
 moments); a step holds its batch's rows and gradients.

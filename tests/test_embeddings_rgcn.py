@@ -386,3 +386,10 @@ def test_a_missing_or_stale_shard_is_refused(featureless, tmp_path):
                                                 r"part1.pt of epoch 3, .*of epoch 2\)"):
         load_embedding_shard(path, 1, 4, "--resume")
     assert is_checkpoint_folder(str(ckpt))     # shards alone: still this trainer's folder
+    best = str(ckpt / "best.pt")
+    save_embedding_shard(path, 1, 4, {"rows": {}, "optimizer": {}}, best=best)
+    save_embedding_shard(path, 1, 5, {"rows": {}, "optimizer": {}})
+    assert load_embedding_shard(best, 1, 4, "--checkpoint")["epoch"] == 4    # kept its epoch
+    assert load_embedding_shard(path, 1, 5, "--resume")["epoch"] == 5
+    with pytest.raises(CheckpointRefused, match=r"part1.pt of epoch 5, .*prev.pt of epoch 4"):
+        load_embedding_shard(path, 1, 3, "--resume")                  # two generations only

@@ -90,10 +90,9 @@ def save_tables(rank, folder: str, epoch: int, best: bool) -> None:
     epoch's when ``best``); the barrier puts every shard on disk before rank 0's
     checkpoint names the epoch."""
     if rank.table is not None:
-        state = rank.table.state_dict()
-        for name, wanted in ((NAME, True), (BEST, best)):
-            if wanted:
-                save_embedding_shard(os.path.join(folder, name), rank.part.p, epoch, state)
+        save_embedding_shard(os.path.join(folder, NAME), rank.part.p, epoch,
+                             rank.table.state_dict(),
+                             os.path.join(folder, BEST) if best else None)
     dist.barrier()
 
 

@@ -123,10 +123,10 @@ class EmbeddingTable:
                     w.grad = None
 
     def state_dict(self) -> dict:
-        """The rows and the optimizer state (CPU tensors)."""
-        with self._lock:
-            return {"rows": {t: w.detach().clone() for t, w in self.weights.items()},
-                    "optimizer": self.optimizer.state_dict()}
+        """The rows and the optimizer state: the live tensors, not copies (a checkpoint is
+        written between epochs, when every rank has settled its updates)."""
+        return {"rows": {t: w.detach() for t, w in self.weights.items()},
+                "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict, where: str) -> None:
         """Restore rows (in place: the served storage stays) and optimizer state; raises

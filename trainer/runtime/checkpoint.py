@@ -10,11 +10,12 @@ launcher checks a run without it.
 
 Learnable embeddings (``--featureless embed``) are part of the model but live with their parts:
 each part's first rank writes its table and its sparse optimizer's state beside the checkpoint
-as ``checkpoint.embeddings-part<p>.pt`` (``best.embeddings-part<p>.pt`` beside ``best.pt``),
-recording the epoch, before rank 0 writes the checkpoint itself; the previous one is kept as
-``...part<p>.prev.pt``, so whichever moment a run dies, one of the two matches the checkpoint's
-epoch. Each is ``3 x rows x dim x 4 B`` (rows and Adam moments). A shard missing, or of
-another epoch than its checkpoint, is refused naming the part.
+as ``checkpoint.embeddings-part<p>.pt`` (``best.embeddings-part<p>.pt`` beside ``best.pt``, a
+hard link to it where the file system has them), recording the epoch, before rank 0 writes the
+checkpoint itself; the previous one is kept as ``...part<p>.prev.pt``, so whichever moment a run
+dies, one of the two matches the checkpoint's epoch. Each is ``3 x rows x dim x 4 B`` (rows and
+Adam moments). A shard missing, or of another epoch than its checkpoint, is refused naming the
+part.
 """
 
 from __future__ import annotations
@@ -225,15 +226,30 @@ def is_shard_name(name: str) -> bool:
                         name) is not None
 
 
-def save_embedding_shard(checkpoint: str, part: int, epoch: int, state: dict) -> None:
-    """Write ``part``'s table ``state`` after ``epoch`` beside ``checkpoint``, keeping the
-    previous shard (see the module docstring); atomic."""
+def save_embedding_shard(checkpoint: str, part: int, epoch: int, state: dict,
+                         best: str | None = None) -> None:
+    """Write ``part``'s table ``state`` after ``epoch`` beside ``checkpoint`` (and, when
+    ``best`` names another checkpoint file, the same shard beside it: a hard link, the file is
+    never changed in place), keeping the previous shards (see the module docstring); atomic."""
     import torch
+    current = _rotate(checkpoint, part)
+    with replacing_file(current) as tmp:
+        torch.save({"epoch": epoch, "part": part, **state}, tmp)
+    if best:
+        with replacing_file(_rotate(best, part)) as tmp:
+            try:
+                os.link(current, tmp)
+            except OSError:         # a file system without hard links
+                shutil.copyfile(current, tmp)
+
+
+def _rotate(checkpoint: str, part: int) -> str:
+    """Move ``part``'s current shard beside ``checkpoint`` to the previous one's name; returns
+    the current one's path."""
     current, previous = shard_paths(checkpoint, part)
     if os.path.exists(current):
         os.replace(current, previous)
-    with replacing_file(current) as tmp:
-        torch.save({"epoch": epoch, "part": part, **state}, tmp)
+    return current
 
 
 def load_embedding_shard(checkpoint: str, part: int, epoch: int, flag: str) -> dict:

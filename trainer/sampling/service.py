@@ -80,7 +80,6 @@ class PartServer:
         return {name: {t: self.part.node_data[t][name][ids - self.part.start(t)]
                        for t, ids in nodes.items()} for name, nodes in asks.items()}
 
-
     def update_embeddings(self, grads: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Apply gradient rows ``grads[ntype] = (owned new IDs, rows)`` to this part's
         learnable embeddings (``trainer.data.embeddings``: a sparse step, those rows only)."""

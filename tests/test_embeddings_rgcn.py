@@ -9,6 +9,7 @@ constant inputs cannot, and checkpoints, ``--resume`` and ``trainer embed`` carr
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -302,8 +303,9 @@ def test_rgcn_learns_featureless_labels_from_embeddings_and_checkpoints_carry_th
     Learnable embeddings reach far above chance; constant inputs cannot tell nodes apart
     (measured: 0.93 after 4 epochs against 0.12; the majority class holds 0.14). Then the
     checkpoint folder holds each part's shard of the last epoch, ``--resume`` continues from
-    the trained rows (not from fresh ones), and ``trainer embed``'s layer-wise inference over
-    the trained rows scores like the sampled evaluation."""
+    the trained rows (not from fresh ones), ``trainer embed``'s layer-wise inference over the
+    trained rows scores like the sampled evaluation and writes those rows out, and a shard
+    missing or of another epoch is refused before any rank starts."""
     chunked, graph = featureless
     ckpt = tmp_path / "ckpt"
     runs = {mode: trainer("--graph", graph, *RUN, "--epochs", 4 if mode == "embed" else 1,
@@ -344,6 +346,30 @@ def test_rgcn_learns_featureless_labels_from_embeddings_and_checkpoints_carry_th
                               "--checkpoint", ckpt, "--out", out, "--no-progress",
                               "--threads", "1"], cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
+    # meanwhile: a checkpoint with a shard missing, or of another epoch, is refused in one
+    # line (exit 2) before any rank starts
+    broken = tmp_path / "broken"
+    shutil.copytree(ckpt, broken)
+    for f in broken.glob("checkpoint.embeddings-part1*"):
+        f.unlink()
+    for f in broken.glob("best.embeddings-part0*"):
+        stale = torch.load(f, weights_only=True)
+        stale["epoch"] = 99
+        torch.save(stale, f)
+    refused = [subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+               for cmd in ([sys.executable, "-m", "trainer", "--graph", graph, *map(str, RUN),
+                            "--epochs", "5", "--resume", "--checkpoint-dir", str(broken),
+                            "--no-progress"],
+                           [sys.executable, "-m", "trainer", "embed", "--graph", graph,
+                            "--checkpoint", str(broken), "--out", str(tmp_path / "e2"),
+                            "--no-progress"])]
+    for proc, says in zip(refused, ("part 1's shard .*part1.pt is missing",
+                                    r"part 0's shard .* does not match it \(best.embeddings-"
+                                    r"part0.pt of epoch 99")):
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("Error")]
+        assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-2000:]
+        assert re.search(says, errors[0]), errors[0]
+        assert "launching" not in proc.stderr
     finish(resumed)
     finish(embed)
     epochs = json.loads((tmp_path / "resumed.json").read_text())["epochs"]
@@ -368,9 +394,10 @@ def test_rgcn_learns_featureless_labels_from_embeddings_and_checkpoints_carry_th
             assert np.array_equal(written, rows[t].numpy()), (p, t)
 
 
-def test_a_missing_or_stale_shard_is_refused(featureless, tmp_path):
-    """A checkpoint whose part shard is gone, or holds another epoch, is refused in one line
-    before trainer embed starts any rank."""
+def test_a_missing_or_stale_shard_is_refused(tmp_path):
+    """A part's shard is found among the current and previous ones by the checkpoint's epoch;
+    gone, or of another epoch, it is refused naming the part, the files and their epochs. The
+    best epoch's shard keeps its epoch when later ones are written."""
     from trainer.runtime.checkpoint import CheckpointRefused, load_embedding_shard
     ckpt = tmp_path / "c"
     ckpt.mkdir()

@@ -67,7 +67,8 @@ def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
             if cfg.checkpoint_dir:
                 best = summarize(history, task.metric)["best_epoch"] == epoch
                 save_checkpoint(cfg.checkpoint_dir, model, optimizer, history, asdict(cfg), info,
-                                best=best)
+                                best=best, embedding_parts=rank.part.graph.num_parts
+                                if rank.embeddings else 0)
     where.at("the final barrier")
     dist.barrier()
     rendezvous.stop()

@@ -121,6 +121,7 @@ def check_resume(folder: str, now: CheckpointInfo) -> int | None:
     diff = differences(CheckpointInfo(state["graph"], state["resume"]), now)
     if diff:
         raise CheckpointRefused(f"--resume: {path} belongs to another run: " + "; ".join(diff))
+    check_shards(path, state, "--resume")
     return len(state["history"])
 
 
@@ -163,6 +164,7 @@ def check_for_embed(path: str, graph) -> None:
     if diff:
         raise CheckpointRefused(f"--checkpoint: {path} was trained on another graph or task: "
                             + "; ".join(diff))
+    check_shards(path, state, "--checkpoint")
 
 
 def embed_config(state: dict, graph: str, **runtime) -> dict:
@@ -175,13 +177,15 @@ def embed_config(state: dict, graph: str, **runtime) -> dict:
 
 
 def save_checkpoint(folder: str, model, optimizer, history: list[dict], config: dict,
-                    info: CheckpointInfo, best: bool) -> None:
-    """Write the state after epoch ``len(history) - 1``; also as ``best.pt`` when ``best``."""
+                    info: CheckpointInfo, best: bool, embedding_parts: int = 0) -> None:
+    """Write the state after epoch ``len(history) - 1``; also as ``best.pt`` when ``best``.
+    ``embedding_parts``: the number of parts whose learnable-embedding shards belong to it
+    (written before it), so that they are checked before any rank starts."""
     import torch
     with replacing_file(os.path.join(folder, NAME)) as tmp:
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "history": history, "config": config, "graph": info.graph,
-                    "resume": info.options}, tmp)
+                    "resume": info.options, "embedding_parts": embedding_parts}, tmp)
     if best:
         with replacing_file(os.path.join(folder, BEST)) as tmp_best:
             shutil.copyfile(os.path.join(folder, NAME), tmp_best)
@@ -250,6 +254,15 @@ def _rotate(checkpoint: str, part: int) -> str:
     if os.path.exists(current):
         os.replace(current, previous)
     return current
+
+
+def check_shards(checkpoint: str, state: dict, flag: str) -> None:
+    """Every part's learnable-embedding shard that the checkpoint ``state`` (read from
+    ``checkpoint``) records is there, of its epoch (reads each shard's header only). Raises
+    CheckpointRefused naming the first part that fails."""
+    epoch = state["history"][-1]["epoch"] if state["history"] else -1
+    for p in range(state.get("embedding_parts", 0)):
+        load_embedding_shard(checkpoint, p, epoch, flag)
 
 
 def load_embedding_shard(checkpoint: str, part: int, epoch: int, flag: str) -> dict:

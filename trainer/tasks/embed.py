@@ -122,27 +122,8 @@ def _check_before_start(meta, checkpoint: str, out: str, overwrite: bool, device
             if not torch.cuda.is_available():
                 raise ValueError("--device cuda needs CUDA, and torch sees no GPU here")
         check_for_embed(checkpoint, meta)
-        _check_shards(checkpoint, meta, rank)
     except ValueError as err:        # FormatError and CheckpointRefused are ValueErrors
         raise BadInput(str(err)) from None
-
-
-def _check_shards(checkpoint: str, meta, rank: str | None) -> None:
-    """A checkpoint with learnable embeddings has each part's shard beside it, of its epoch
-    (every part's when launched here, this rank's part under torchrun). Raises
-    CheckpointRefused naming the part."""
-    import torch
-
-    from ..config import TrainConfig
-    from ..data.embeddings import featureless_types
-    from ..runtime.checkpoint import embed_config, load_embedding_shard
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
-    if not TrainConfig(**embed_config(state, meta.root)).learns_embeddings or \
-            not featureless_types(meta):
-        return
-    epoch = state["history"][-1]["epoch"]
-    for p in range(meta.num_parts) if rank is None else [int(rank)]:
-        load_embedding_shard(checkpoint, p, epoch, "--checkpoint")
 
 
 def run_embed(graph: str, checkpoint: str, out: str, batch_size: int, device: str,

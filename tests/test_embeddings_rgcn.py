@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -129,6 +130,21 @@ def test_sparse_update_moves_only_the_batch_rows_like_one_sparse_adam(featureles
         assert parts[1].node_data[t][EMBEDDING].data_ptr() == tables[1].weights[t].data_ptr()
     # rank 0 pushed part 1's rows over the transport, its own in place
     assert emb.counters["push_bytes"] > 0 and emb.transport.requests > 0
+
+
+def test_a_refused_update_changes_nothing_and_leaves_no_gradient_behind():
+    part = SimpleNamespace(p=0, start=lambda t: 10,
+                           orig_ids={"a": torch.arange(5), "b": torch.arange(3)})
+    table = EmbeddingTable(part, ["a", "b"], 4, 0.1, seed=0)
+    before = {t: w.detach().clone() for t, w in table.weights.items()}
+    with pytest.raises(ValueError, match="'b' names nodes that part 0 does not own"):
+        table.apply({"a": (torch.tensor([10, 11]), torch.ones(2, 4)),
+                     "b": (torch.tensor([13]), torch.ones(1, 4))})     # b owns 10..12
+    assert all(torch.equal(w.detach(), before[t]) for t, w in table.weights.items())
+    table.apply({"b": (torch.tensor([12]), torch.ones(1, 4))})
+    assert torch.equal(table.weights["a"].detach(), before["a"])       # no stale gradient
+    changed = (table.weights["b"].detach() != before["b"]).any(1)
+    assert changed.tolist() == [False, False, True]
 
 
 def test_initial_rows_follow_the_original_id_not_the_part(featureless):

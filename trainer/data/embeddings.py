@@ -107,16 +107,16 @@ class EmbeddingTable:
         """One sparse Adam step on the rows of ``grads[t] = (owned new IDs, gradient rows
         [k, dim])``; repeated IDs have their gradients summed. Rows not named are untouched."""
         with self._lock:
-            for t, (ids, rows) in grads.items():
-                w = self.weights[t]
-                local = ids.long() - self.starts[t]
-                if len(local) and (int(local.min()) < 0 or int(local.max()) >= len(w)):
-                    raise ValueError(f"embedding update for node type {t!r} names nodes that "
-                                     f"part {self.p} does not own")
-                # IDs checked above: the invariant check would only repeat that
-                w.grad = torch.sparse_coo_tensor(local.unsqueeze(0), rows.to(w.dtype), w.shape,
-                                                 check_invariants=False)
-            try:
+            try:      # a refused request leaves no gradient behind for the next one
+                for t, (ids, rows) in grads.items():
+                    w = self.weights[t]
+                    local = ids.long() - self.starts[t]
+                    if len(local) and (int(local.min()) < 0 or int(local.max()) >= len(w)):
+                        raise ValueError(f"embedding update for node type {t!r} names nodes "
+                                         f"that part {self.p} does not own")
+                    # IDs checked above: the invariant check would only repeat that
+                    w.grad = torch.sparse_coo_tensor(local.unsqueeze(0), rows.to(w.dtype),
+                                                     w.shape, check_invariants=False)
                 self.optimizer.step()
             finally:
                 for w in self.weights.values():

@@ -7,7 +7,8 @@ rank reads them through the server's ``rows`` request like features. A training 
 (:class:`SparseEmbeddings`) pulls its batch's rows as leaf tensors with grad just before the
 forward, and after the backward pushes each touched row's gradient to its owner, one
 ``update_embeddings`` request per owner part; the owner applies a sparse Adam step to those
-rows only (``torch.optim.SparseAdam``: other rows, and their moments, stay bit-identical).
+rows only (``torch.optim.SparseAdam``'s lazy Adam, by index ops: other rows, and their
+moments, stay bit-identical).
 
 Updates are asynchronous like DistDGL's: no barrier per step, so another rank may read a row
 before, after or (Hogwild-style) during an update of it; runs of several ranks repeat only up
@@ -38,6 +39,7 @@ from ..sampling.service import Transport
 from .features import EMBEDDING, FeatureFetcher
 
 INIT_CHUNK = 1 << 16     # rows hashed at once at init: holds chunk x dim x 8 B
+BETAS, EPS = (0.9, 0.999), 1e-8     # Adam's defaults (torch.optim.SparseAdam's)
 
 
 def featureless_types(graph, feature: str = "feat") -> list[str]:
@@ -79,16 +81,17 @@ def initial_rows(seed: int, ntype: str, orig_ids: torch.Tensor, dim: int) -> tor
 
 class EmbeddingTable:
     """The learnable rows of one part: ``weights[t]`` (float32 ``[owned nodes of t, dim]``)
-    per featureless type, and a ``SparseAdam`` over them. Updates come from any thread (the
-    RPC server's and the training loop's): a lock serialises them. Holds the rows and two
-    Adam moments of the same size (see the module docstring)."""
+    per featureless type, and their Adam moments and step counts. Updates come from any
+    thread (the RPC server's and the training loop's): a lock serialises them. Holds the rows
+    and two moments of the same size (see the module docstring)."""
 
     def __init__(self, part: LocalPart, types: list[str], dim: int, lr: float, seed: int):
-        self.p, self.dim = part.p, dim
+        self.p, self.dim, self.lr = part.p, dim, lr
         self.starts = {t: part.start(t) for t in types}
-        self.weights = {t: torch.nn.Parameter(initial_rows(seed, t, part.orig_ids[t], dim))
-                        for t in types}
-        self.optimizer = torch.optim.SparseAdam(list(self.weights.values()), lr=lr)
+        self.weights = {t: initial_rows(seed, t, part.orig_ids[t], dim) for t in types}
+        self.exp_avg = {t: torch.zeros_like(w) for t, w in self.weights.items()}
+        self.exp_avg_sq = {t: torch.zeros_like(w) for t, w in self.weights.items()}
+        self.steps = {t: 0 for t in types}
         self._lock = threading.Lock()
 
     @property
@@ -100,36 +103,53 @@ class EmbeddingTable:
         """Serve the rows as node data ``EMBEDDING`` of ``part`` (the same storage: reads see
         every update)."""
         for t, w in self.weights.items():
-            part.node_data[t][EMBEDDING] = w.data
+            part.node_data[t][EMBEDDING] = w
         register_meta(part, list(self.weights), self.dim)
 
     def apply(self, grads: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """One sparse Adam step on the rows of ``grads[t] = (owned new IDs, gradient rows
-        [k, dim])``; repeated IDs have their gradients summed. Rows not named are untouched."""
+        """One sparse Adam step per type on the rows of ``grads[t] = (owned new IDs, gradient
+        rows [k, dim])``; repeated IDs have their gradients summed. Rows not named, and their
+        moments, are untouched. A request naming a node another part owns changes nothing."""
         with self._lock:
-            try:      # a refused request leaves no gradient behind for the next one
-                for t, (ids, rows) in grads.items():
-                    w = self.weights[t]
-                    local = ids.long() - self.starts[t]
-                    if len(local) and (int(local.min()) < 0 or int(local.max()) >= len(w)):
-                        raise ValueError(f"embedding update for node type {t!r} names nodes "
-                                         f"that part {self.p} does not own")
-                    # IDs checked above: the invariant check would only repeat that
-                    w.grad = torch.sparse_coo_tensor(local.unsqueeze(0), rows.to(w.dtype),
-                                                     w.shape, check_invariants=False)
-                self.optimizer.step()
-            finally:
-                for w in self.weights.values():
-                    w.grad = None
+            local = {}
+            for t, (ids, _) in grads.items():
+                local[t] = ids.long() - self.starts[t]
+                if len(local[t]) and (int(local[t].min()) < 0 or
+                                      int(local[t].max()) >= len(self.weights[t])):
+                    raise ValueError(f"embedding update for node type {t!r} names nodes that "
+                                     f"part {self.p} does not own")
+            for t, (_, rows) in grads.items():
+                if len(local[t]):
+                    self._adam(t, local[t], rows)
+
+    def _adam(self, t: str, local: torch.Tensor, rows: torch.Tensor) -> None:
+        """``torch.optim.SparseAdam``'s step (lazy Adam: moments and rows move where the
+        gradient has rows, bias corrections by the type's step count), the same arithmetic by
+        gathers and scatters of the touched rows instead of sparse tensors: 22 -> 13 ms for
+        16,000 rows of 64 on one core. Holds the touched rows' gradient and moments."""
+        beta1, beta2 = BETAS
+        ids, inverse = torch.unique(local, return_inverse=True)
+        grad = rows.new_zeros((len(ids), rows.shape[1]), dtype=torch.float32).index_add_(
+            0, inverse, rows.float())
+        m = self.exp_avg[t].index_select(0, ids)
+        v = self.exp_avg_sq[t].index_select(0, ids)
+        m.add_(grad.sub(m).mul_(1 - beta1))              # m += (1 - b1) (g - m), as SparseAdam
+        v.add_(grad.pow_(2).sub_(v).mul_(1 - beta2))
+        self.exp_avg[t].index_copy_(0, ids, m)
+        self.exp_avg_sq[t].index_copy_(0, ids, v)
+        self.steps[t] += 1
+        step = self.steps[t]
+        step_size = self.lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
+        self.weights[t].index_add_(0, ids, -step_size * m.div_(v.sqrt_().add_(EPS)))
 
     def state_dict(self) -> dict:
-        """The rows and the optimizer state: the live tensors, not copies (a checkpoint is
-        written between epochs, when every rank has settled its updates)."""
-        return {"rows": {t: w.detach() for t, w in self.weights.items()},
-                "optimizer": self.optimizer.state_dict()}
+        """The rows and the Adam state: the live tensors, not copies (a checkpoint is written
+        between epochs, when every rank has settled its updates)."""
+        return {"rows": self.weights, "exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq,
+                "steps": dict(self.steps)}
 
     def load_state_dict(self, state: dict, where: str) -> None:
-        """Restore rows (in place: the served storage stays) and optimizer state; raises
+        """Restore rows (in place: the served storage stays) and Adam state; raises
         ValueError naming ``where`` when the types or shapes differ."""
         rows = state["rows"]
         if set(rows) != set(self.weights) or any(rows[t].shape != w.shape
@@ -138,10 +158,12 @@ class EmbeddingTable:
             want = {t: list(w.shape) for t, w in self.weights.items()}
             raise ValueError(f"{where}: its embedding rows {have} do not fit this part "
                              f"({want})")
-        with self._lock, torch.no_grad():
-            for t, w in self.weights.items():
-                w.copy_(rows[t])
-            self.optimizer.load_state_dict(state["optimizer"])
+        with self._lock:
+            for t in self.weights:
+                self.weights[t].copy_(rows[t])
+                self.exp_avg[t].copy_(state["exp_avg"][t])
+                self.exp_avg_sq[t].copy_(state["exp_avg_sq"][t])
+                self.steps[t] = int(state["steps"][t])
 
 
 def register_meta(part: LocalPart, types: list[str], dim: int) -> None:

@@ -297,14 +297,15 @@ def test_rgcn_homogeneous_graph_returns_a_tensor_and_build_checks_its_args():
 
 # ------------------------------------------------------------------ end to end
 
-def trainer(*args, timeout=300):
-    """A ``python -m trainer`` command line (its own process: ranks are processes)."""
+def trainer(*args):
+    """``python -m trainer`` started (its own process: ranks are processes); see finish."""
     return subprocess.Popen([sys.executable, "-m", "trainer", *map(str, args), "--no-progress",
                              "--threads", "1"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
 def finish(proc, timeout=300):
+    """Wait for a started command; it must succeed. Returns (stdout, stderr)."""
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, err[-3000:]
     return out, err
@@ -317,7 +318,7 @@ def test_rgcn_learns_featureless_labels_from_embeddings_and_checkpoints_carry_th
         featureless, tmp_path):
     """Acceptance (2 parts, 2 ranks): no type has features, labels are planted communities.
     Learnable embeddings reach far above chance; constant inputs cannot tell nodes apart
-    (measured: 0.93 after 4 epochs against 0.12; the majority class holds 0.14). Then the
+    (measured: 0.93 after 4 epochs against 0.12 after 1; the majority class holds 0.14). Then the
     checkpoint folder holds each part's shard of the last epoch, ``--resume`` continues from
     the trained rows (not from fresh ones), ``trainer embed``'s layer-wise inference over the
     trained rows scores like the sampled evaluation and writes those rows out, and a shard

@@ -42,6 +42,7 @@ RUNS = {
     "link": ["--workdir", "{work}/w"],
     "models": ["--workdir", "{work}/w"],
     "train": ["--workdir", "{work}/w"],
+    "embeddings": ["--workdir", "{work}/w"],
     "partition_families": [],
     "partition": [],
     "pipeline": [],
@@ -406,6 +407,23 @@ def ranking_ok(metrics: dict, prefix: str) -> None:
     assert fraction(metrics[f"{prefix}_auc"]) and 0 < metrics[f"{prefix}_mrr"] <= 1, metrics
     hits = [metrics[f"{prefix}_hits@{k}"] for k in (20, 50, 100)]
     assert all(map(fraction, hits)) and hits == sorted(hits), metrics
+
+
+def test_bench_embeddings(runs):
+    r = runs.json("embeddings")
+    assert (r["nodes"], r["edges"], r["epochs"], r["parts"]) == (6000, 40_000, 2, 2)
+    runs = r["rgcn"]
+    for mode in ("embed", "constant"):
+        run = runs[mode]
+        assert positive(run["epoch_s"]) and positive(run["train_s"]), run
+        assert fraction(run["test_acc"]) and len(run["test_acc_by_epoch"]) == 2
+        assert run["batches_per_epoch"] >= 1 and positive(run["rpc_mb_per_epoch"])
+    embed = runs["embed"]
+    assert seconds(embed["embedding_pull_s_per_rank"])
+    assert seconds(embed["embedding_push_s_per_rank"])
+    assert embed["embedding_rows_per_epoch"] > 0 and positive(embed["embedding_push_mb_per_epoch"])
+    assert "embedding_rows_per_epoch" not in runs["constant"]
+    assert positive(runs["embed_over_constant"]["epoch_time_ratio"])
 
 
 def test_bench_link(runs):

@@ -28,7 +28,8 @@ from formats.console import setup_logging
 from formats.errors import FormatError
 from formats.partitioned import load_partitioned
 
-from .config import FAIL_MODES, SCORERS, TASKS, TrainConfig, check_edge_feat, task_target
+from .config import (FAIL_MODES, FEATURELESS, SCORERS, TASKS, TrainConfig, check_edge_feat,
+                     task_target)
 from .runtime.netif import IFACE_HELP, configure_rank
 
 log = logging.getLogger("trainer")
@@ -103,7 +104,7 @@ class BadInput(click.ClickException):
                    "(per-relation weights, heterogeneous graphs), or PKG.MODULE:FACTORY, a "
                    "function build(spec: trainer.ModelSpec, **model_args) -> torch.nn.Module "
                    "whose forward(batch: trainer.Batch) returns logits (node task) or "
-                   "embeddings (link task); see 'Models' below. The module must import on "
+                   "embeddings (link task); see 'Models' above. The module must import on "
                    "every rank (same path, e.g. on PYTHONPATH).")
 @click.option("--model-args", default=None, callback=_model_args,
               help="JSON object of keyword arguments for the model's factory, e.g. "
@@ -126,6 +127,18 @@ class BadInput(click.ClickException):
 @click.option("--degree-input/--no-degree-input", default=None,
               help="Append log(1 + in-degree) to every node's input features (degrees of "
                    "the graph messages run on) [default: on for --task link, off for node].")
+@click.option("--featureless", default="embed", type=click.Choice(FEATURELESS),
+              help="Input of a node type without `feat`: embed = a learnable row per node "
+                   "(--embedding-dim wide), held by the node's owner part (12 B per value "
+                   "with Adam's moments) and trained with sparse Adam, asynchronously as "
+                   "DistDGL's DistEmbedding (with several ranks a run repeats only up to the "
+                   "interleaving of updates), saved with the checkpoints; constant = the same "
+                   "value 1.0 for every node.")
+@click.option("--embedding-dim", default=64, type=click.IntRange(1),
+              help="Width of the learnable rows of --featureless embed.")
+@click.option("--embedding-lr", default=0.01, type=click.FloatRange(0, min_open=True),
+              help="Learning rate of the sparse Adam that updates those rows (only the rows a "
+                   "batch touched; the model's weights use --lr).")
 @click.option("--seed", default=0, help="Seed of model init, shuffling, sampling and dropout: "
                                         "the same seed gives the same run.")
 @click.option("--rpc-timeout", default=30.0, help="Seconds before an RPC or collective to a "

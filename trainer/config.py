@@ -14,6 +14,7 @@ TASKS = ("node", "link")
 SCORERS = ("dot", "mlp")          # trainer.models.scorer's, named here so options check without torch
 LINK_MASKS = ("train_mask", "val_mask", "test_mask")
 FAIL_MODES = ("raise", "kill", "hang", "nan")
+FEATURELESS = ("embed", "constant")   # input of a node type without features
 
 
 @dataclass
@@ -48,6 +49,9 @@ class TrainConfig:
     corrupt_src: bool = False
     eval_negatives: int = 100
     degree_input: bool | None = None    # None: on for the link task, off for the node task
+    featureless: str = "embed"          # a type without features: learnable rows, or constant
+    embedding_dim: int = 64             # width of those learnable rows
+    embedding_lr: float = 0.01          # their sparse Adam learning rate (trainer.data.embeddings)
     checkpoint_dir: str | None = None
     resume: bool = False
     verify_data: bool = False
@@ -57,6 +61,11 @@ class TrainConfig:
     fail_rank: int | None = None        # testing: make this rank fail ...
     fail_mode: str = "raise"            # ... by raising, SIGKILL, hanging, or NaN inputs
     fail_epoch: int = 0
+
+    @property
+    def learns_embeddings(self) -> bool:
+        """Whether node types without features get learnable input rows."""
+        return self.featureless == "embed"
 
     @property
     def uses_degree_input(self) -> bool:
@@ -96,12 +105,17 @@ class TrainConfig:
                   math.isfinite(self.cache_mb), ">= 0"),
                  ("--neg-ratio", self.neg_ratio, self.neg_ratio >= 1, "at least 1"),
                  ("--eval-negatives", self.eval_negatives, self.eval_negatives >= 1,
-                  "at least 1")]
+                  "at least 1"),
+                 ("--embedding-dim", self.embedding_dim, self.embedding_dim >= 1, "at least 1"),
+                 ("--embedding-lr", self.embedding_lr,
+                  self.embedding_lr > 0 and math.isfinite(self.embedding_lr), "positive")]
         for flag, value, ok, rule in rules:
             if not ok:
                 raise ValueError(f"{flag} {value}: must be {rule}")
         if self.task not in TASKS:
             raise ValueError(f"--task must be one of {TASKS}")
+        if self.featureless not in FEATURELESS:
+            raise ValueError(f"--featureless must be one of {FEATURELESS}")
         if self.scorer not in SCORERS:
             raise ValueError(f"--scorer must be one of {SCORERS}")
         if self.placement not in PLACEMENTS:

@@ -28,6 +28,8 @@ from formats.memory import peak_rss_bytes
 from formats.partitioned import load_partitioned
 
 from .config import TrainConfig, target_etype, target_type
+from .data.embeddings import (EmbeddingTable, SparseEmbeddings, TableRoute,
+                              featureless_types, register_meta)
 from .data.features import LOG_DEGREE, FeatureFetcher, HaloCache, add_log_degree
 from .data.link_data import without_held_out
 from .data.loader import NodeLoader, rank_seeds
@@ -61,6 +63,13 @@ class Rank:
     ntype: str                 # node task: the type classified; link: the target's dst type
     cache: HaloCache | None = None
     extra_inputs: tuple[str, ...] = ()     # node data appended to the features (degree)
+    table_route: TableRoute | None = None  # learnable rows, ranks per part > 1: where they live
+    embeddings: SparseEmbeddings | None = None   # --featureless embed: pulls and pushes
+
+    @property
+    def table(self) -> EmbeddingTable | None:
+        """This part's learnable rows, on the part's first rank (else None)."""
+        return getattr(self.server, "embeddings", None)
 
     @property
     def local_index(self) -> int:
@@ -86,7 +95,8 @@ class Rank:
     def sampling(self, fanouts: list[int], timed: bool = True
                  ) -> tuple[DistNeighborSampler, FeatureFetcher]:
         """A sampler and a feature fetcher over all parts, timed into the epoch's breakdown
-        or not; the sampler brings ``--edge-feat`` rows with each sample."""
+        or not; the sampler brings ``--edge-feat`` rows with each sample. Timed ones (training)
+        leave learnable rows to the step's pull."""
         breakdown = self.breakdown if timed else Breakdown()
         # Where the served CSC lives (pinned memory is on "cpu"); on a GPU it names its index
         # ("cuda:1"): plain "cuda" would mean GPU 0 on the loader's thread, where this rank's
@@ -95,7 +105,8 @@ class Rank:
                                       self.server.device, breakdown,
                                       edge_feat=self.cfg.edge_feat)
         fetcher = FeatureFetcher(self.part, self.server, self.transport, breakdown, self.cache,
-                                 self.extra_inputs)
+                                 self.extra_inputs, self.table_route,
+                                 defer_embeddings=timed and self.embeddings is not None)
         return sampler, fetcher
 
 
@@ -116,7 +127,9 @@ def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
         part = without_held_out(part)     # held-out edges never carry messages
     if cfg.uses_degree_input:
         add_log_degree(part)
+    table = _embedding_table(cfg, part, env)
     server = PartServer(part.place(cfg.placement))
+    server.embeddings = table    # before serving: other ranks update it from the start
     serve(server)  # before joining: no request can find this rank without a server
     rendezvous.start(env, device, cfg.rpc_timeout)
     log.info("rank %d serves part %d of %d (%d ranks per part)", env.rank, p, graph.num_parts,
@@ -132,8 +145,37 @@ def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
                  {t: len(v) for t, v in cache.ids.items()}, cache.nbytes / 2**20,
                  time.perf_counter() - start)
         transport.take_counters()  # epochs count their own traffic
-    return Rank(cfg, env, server.part, server, transport, Breakdown(), device, ntype, cache,
+    rank = Rank(cfg, env, server.part, server, transport, Breakdown(), device, ntype, cache,
                 (LOG_DEGREE,) if cfg.uses_degree_input else ())
+    types = featureless_types(graph) if cfg.learns_embeddings else []
+    if types:
+        # learnable rows live on each part's first rank: with several ranks per part, reach
+        # those through a transport of local index 0
+        first = transport if cfg.ranks_per_part == 1 else \
+            RpcTransport(cfg.ranks_per_part, 0, cfg.rpc_timeout)
+        rank.table_route = TableRoute(first, table is not None) if cfg.ranks_per_part > 1 else None
+        fetcher = FeatureFetcher(rank.part, server, transport, rank.breakdown, None, (),
+                                 rank.table_route)
+        rank.embeddings = SparseEmbeddings(fetcher, table, first, types, cfg.embedding_dim)
+    return rank
+
+
+def _embedding_table(cfg: TrainConfig, part: LocalPart, env) -> EmbeddingTable | None:
+    """``--featureless embed``: register the featureless types' learnable rows in ``part``
+    (held by the part's first rank; the others only learn their width). None otherwise."""
+    types = featureless_types(part.graph) if cfg.learns_embeddings else []
+    if not types:
+        return None
+    if env.rank % cfg.ranks_per_part:
+        register_meta(part, types, cfg.embedding_dim)
+        return None
+    start = time.perf_counter()
+    table = EmbeddingTable(part, types, cfg.embedding_dim, cfg.embedding_lr, cfg.seed)
+    table.register(part)
+    log.info("learnable embeddings of %s: %s rows, %.1f MB with Adam state, made in %.2f s",
+             ", ".join(types), sum(len(w) for w in table.weights.values()),
+             table.nbytes / 2**20, time.perf_counter() - start)
+    return table
 
 
 def rank_model_spec(rank: Rank) -> ModelSpec:
@@ -212,14 +254,24 @@ def train_batches(rank: Rank, ddp, loader, epoch: int):
     ddp.train()
     bar = tqdm(total=len(loader), desc=f"epoch {epoch}", unit="batch", leave=False,
                disable=env.rank != 0 or not show_progress(cfg.progress))
+    emb = rank.embeddings
     with Join([ddp]):
         for i, batch in enumerate(loader.epoch(epoch)):
             where.at("the forward/backward", epoch, i)
             if cfg.fail_rank == env.rank and epoch == cfg.fail_epoch and i == 0:
                 batch = _inject_failure(cfg.fail_mode, env.rank, batch)
-            yield i, batch.to(rank.device)
+            batch = batch.to(rank.device)
+            # learnable rows: pulled as leaves now, their gradients pushed once the task's
+            # step (run between this yield and the next) has done the backward
+            leaves = emb.pull(batch, rank.device) if emb else None
+            yield i, batch
+            if leaves:
+                emb.push(batch, leaves)
             bar.update()
         where.at("the DDP join", epoch)   # Join's exit: shadowing the others' all-reduces
+    if emb:
+        where.at("the embedding updates", epoch)
+        emb.settle()
     bar.close()
 
 

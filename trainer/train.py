@@ -8,6 +8,7 @@ own: :class:`trainer.tasks.node.NodeTask` (``--task node``) or
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import asdict
 
@@ -17,7 +18,8 @@ import torch.distributed as dist
 from .config import TrainConfig
 from .loop import build_model, epoch_record, join, report, summarize
 from .runtime import rendezvous
-from .runtime.checkpoint import CheckpointInfo, load_checkpoint, save_checkpoint
+from .runtime.checkpoint import (BEST, NAME, CheckpointInfo, load_checkpoint,
+                                 load_embedding_shard, save_checkpoint, save_embedding_shard)
 from .runtime.health import EVALUATION, where
 from .sampling.dist_sampler import mix_seed
 from .tasks.link import LinkTask
@@ -35,6 +37,8 @@ def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
     history: list[dict] = state["history"] if state else []
     if state:
         log.info("resumed from %s after epoch %d", cfg.checkpoint_dir, len(history) - 1)
+        restore_tables(rank, os.path.join(cfg.checkpoint_dir, NAME), len(history) - 1,
+                       "--resume")
     info = CheckpointInfo.of(cfg, rank.part.graph, task.target)
     for epoch in range(len(history), cfg.epochs):
         torch.manual_seed(mix_seed(cfg.seed, epoch, env.rank))  # dropout: resumable exactly
@@ -47,18 +51,59 @@ def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
             evaluation = task.evaluate(model)
         where.at("the metrics all-reduce", epoch)
         record = epoch_record(epoch, env, train_s, time.perf_counter() - start, sums,
-                               rank.breakdown.take(), rank.transport.take_counters(),
+                               rank.breakdown.take(), rpc_counters(rank),
                                task.num_batches)
         record = {"epoch": epoch, **task.train_metrics(record.pop("sums")), **evaluation,
                   **record}
+        if rank.embeddings:
+            record.update(rank.embeddings.epoch_counters())
         history.append(record)
+        if cfg.checkpoint_dir and rank.embeddings:
+            where.at("the embedding checkpoint", epoch)
+            save_tables(rank, cfg.checkpoint_dir, epoch,
+                        summarize(history, task.metric)["best_epoch"] == epoch)
         if env.rank == 0:
             report(record, history, cfg, task)
             if cfg.checkpoint_dir:
                 best = summarize(history, task.metric)["best_epoch"] == epoch
                 save_checkpoint(cfg.checkpoint_dir, model, optimizer, history, asdict(cfg), info,
-                                best=best)
+                                best=best, embedding_parts=rank.part.graph.num_parts
+                                if rank.embeddings else 0)
     where.at("the final barrier")
     dist.barrier()
     rendezvous.stop()
     return summarize(history, task.metric)
+
+
+def rpc_counters(rank) -> dict:
+    """The epoch's RPC counters of every transport the rank sends through (with several
+    ranks per part, learnable rows travel to the parts' first ranks on their own)."""
+    out = rank.transport.take_counters()
+    route = rank.table_route
+    if route is not None and route.transport is not rank.transport:
+        for name, value in route.transport.take_counters().items():
+            out[name] += value
+    return out
+
+
+def save_tables(rank, folder: str, epoch: int, best: bool) -> None:
+    """Each part's first rank writes its learnable rows after ``epoch`` (also as the best
+    epoch's when ``best``); the barrier puts every shard on disk before rank 0's
+    checkpoint names the epoch."""
+    if rank.table is not None:
+        save_embedding_shard(os.path.join(folder, NAME), rank.part.p, epoch,
+                             rank.table.state_dict(),
+                             os.path.join(folder, BEST) if best else None)
+    dist.barrier()
+
+
+def restore_tables(rank, checkpoint: str, epoch: int, flag: str) -> None:
+    """Load each part's learnable rows saved with ``checkpoint`` after ``epoch`` (on the
+    part's first rank), then a barrier: no rank reads a row before every part has restored
+    them. Raises CheckpointRefused when a shard is missing or of another epoch."""
+    if rank.embeddings is None:
+        return
+    if rank.table is not None:
+        state = load_embedding_shard(checkpoint, rank.part.p, epoch, flag)
+        rank.table.load_state_dict(state, checkpoint)
+    dist.barrier()

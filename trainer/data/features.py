@@ -7,6 +7,8 @@ Callers pass unique IDs (a block's source nodes are), so nothing is fetched twic
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from ..sampling.dist_sampler import split_by_owner
@@ -14,6 +16,9 @@ from ..sampling.partition import LocalPart, PartitionBook
 from ..sampling.service import PartServer, Transport
 from ..models.spec import CONSTANT_INPUT, data_width
 from ..sampling.timing import Breakdown
+
+if TYPE_CHECKING:
+    from .embeddings import TableRoute
 
 
 LOG_DEGREE = "__log_degree"     # node data added at load by add_log_degree
@@ -91,13 +96,21 @@ class FeatureFetcher:
 
     A model's input for a node type is its ``feat`` rows, else (a type without features) its
     learnable embedding rows where the part registered them (:data:`EMBEDDING`), else a
-    constant ``[1.0]`` per node; the ``extra_inputs`` columns (log-degree) are appended."""
+    constant ``[1.0]`` per node; the ``extra_inputs`` columns (log-degree) are appended.
+
+    Learnable rows live on each part's first rank (:mod:`trainer.data.embeddings`):
+    ``table_route`` reaches those ranks and says whether this rank is its part's (``None``: the
+    ranks ``transport`` reaches hold them, one rank per part). ``defer_embeddings``: training
+    batches get zeros in place of those rows, which the training step pulls just before its
+    forward (fresh rows, read after this rank's own last update)."""
 
     def __init__(self, part: LocalPart, server: PartServer, transport: Transport,
                  breakdown: Breakdown | None = None, cache: HaloCache | None = None,
-                 extra_inputs: tuple[str, ...] = ()):
+                 extra_inputs: tuple[str, ...] = (), table_route: "TableRoute | None" = None,
+                 defer_embeddings: bool = False):
         self.part, self.p, self.num_parts = part, part.p, part.graph.num_parts
         self.extra_inputs = extra_inputs
+        self.table_route, self.defer_embeddings = table_route, defer_embeddings
         self.meta = part.graph.node_feats
         self.server, self.transport = server, transport
         self.book = PartitionBook(part.graph)
@@ -120,12 +133,15 @@ class FeatureFetcher:
         on CPU; with ``also``, ``(inputs, {array: rows})`` of those arrays too, fetched in the
         same requests."""
         names = {t: self.input_name(t, name) for t in nodes}
+        deferred = {t for t, n in names.items() if n == EMBEDDING and self.defer_embeddings}
         asks: dict[str, dict[str, torch.Tensor]] = {}
         for t, ids in nodes.items():
-            for n in ([names[t]] if names[t] else []) + list(self.extra_inputs) + list(also):
+            own = [names[t]] if names[t] and t not in deferred else []
+            for n in own + list(self.extra_inputs) + list(also):
                 asks.setdefault(n, {})[t] = ids
         got = self.fetch_many(asks)
-        x = {t: got[names[t]][t] if names[t] else torch.ones((len(ids), CONSTANT_INPUT))
+        x = {t: torch.zeros((len(ids), self.dim(t, EMBEDDING))) if t in deferred else
+             got[names[t]][t] if names[t] else torch.ones((len(ids), CONSTANT_INPUT))
              for t, ids in nodes.items()}
         if self.extra_inputs:
             x = {t: torch.cat([x[t].float().flatten(1), *(got[e][t].float()
@@ -161,19 +177,27 @@ class FeatureFetcher:
                 todo[name] = {t: (nodes[t][pos], pos) for t, pos in missing.items()}
                 by_owner[name] = split_by_owner(
                     self.book, {t: ids for t, (ids, _) in todo[name].items()}, self.num_parts)
-            requests: dict[int, dict[str, dict[str, torch.Tensor]]] = {}
+            # (owner part, whose rows): learnable rows may live on another rank of the part
+            requests: dict[tuple[int, bool], dict[str, dict[str, torch.Tensor]]] = {}
             for name, owners in by_owner.items():
+                table = self.table_route is not None and name == EMBEDDING
                 for q, where in enumerate(owners):
                     for t, pos in where.items():
-                        requests.setdefault(q, {}).setdefault(name, {})[t] = \
+                        requests.setdefault((q, table), {}).setdefault(name, {})[t] = \
                             todo[name][t][0][pos]
-            remote = {q: self.transport.call(q, "rows", ask)
-                      for q, ask in requests.items() if q != self.p}
-            answers = {self.p: self.server.rows(requests[self.p])} if self.p in requests else {}
-            answers.update({q: self.transport.wait(q, fut, "feature fetch")
-                            for q, fut in remote.items()})
-            for q, answer in answers.items():
+            local = {key for key in requests
+                     if key[0] == self.p and (not key[1] or self.table_route.local)}
+            remote = {key: self._via(key).call(key[0], "rows", ask)
+                      for key, ask in requests.items() if key not in local}
+            answers = [(key[0], self.server.rows(requests[key])) for key in local]
+            answers += [(key[0], self._via(key).wait(key[0], fut, "feature fetch"))
+                        for key, fut in remote.items()]
+            for q, answer in answers:
                 for name, rows_by_type in answer.items():
                     for t, rows in rows_by_type.items():
                         out[name][t][todo[name][t][1][by_owner[name][q][t]]] = rows
         return out
+
+    def _via(self, key: tuple[int, bool]) -> Transport:
+        """The transport of a request ``(owner part, for learnable rows)``."""
+        return self.table_route.transport if key[1] else self.transport

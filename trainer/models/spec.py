@@ -66,8 +66,10 @@ def data_width(spec: dict | None) -> int:
 
 def input_width(node_feats: dict, cfg, feature: str = "feat") -> int:
     """Model input width of a node type whose graph.json data arrays are ``node_feats``:
-    its ``feature`` rows (flattened), else a constant; plus log-degree when on."""
-    width = data_width(node_feats.get(feature)) or CONSTANT_INPUT
+    its ``feature`` rows (flattened), else its learnable embedding (``--featureless embed``:
+    ``--embedding-dim``) or a constant; plus log-degree when on."""
+    featureless = cfg.embedding_dim if cfg.learns_embeddings else CONSTANT_INPUT
+    width = data_width(node_feats.get(feature)) or featureless
     return width + (1 if cfg.uses_degree_input else 0)
 
 

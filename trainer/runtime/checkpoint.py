@@ -7,12 +7,22 @@ the summary picks it). Each records the graph's fingerprint and the options that
 (:class:`CheckpointInfo`): ``--resume`` against another graph or with other such options is
 refused, naming every difference. torch is imported only by the functions that need it, so the
 launcher checks a run without it.
+
+Learnable embeddings (``--featureless embed``) are part of the model but live with their parts:
+each part's first rank writes its table and its sparse optimizer's state beside the checkpoint
+as ``checkpoint.embeddings-part<p>.pt`` (``best.embeddings-part<p>.pt`` beside ``best.pt``, a
+hard link to it where the file system has them), recording the epoch, before rank 0 writes the
+checkpoint itself; the previous one is kept as ``...part<p>.prev.pt``, so whichever moment a run
+dies, one of the two matches the checkpoint's epoch. Each is ``3 x rows x dim x 4 B`` (rows and
+Adam moments). A shard missing, or of another epoch than its checkpoint, is refused naming the
+part.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 from dataclasses import dataclass
 
@@ -27,7 +37,8 @@ BEST = "best.pt"
 # continuation exact (seeds, batches, optimizer settings)
 RESUME_KEYS = ("target", "task", "hidden", "fanouts", "dropout", "lr", "weight_decay",
                "batch_size", "seed", "scorer", "neg_ratio", "corrupt_src", "degree_input",
-               "model", "model_args", "edge_feat")
+               "model", "model_args", "edge_feat", "featureless", "embedding_dim",
+               "embedding_lr")
 
 
 STATE_KEYS = ("model", "optimizer", "history", "config")
@@ -110,6 +121,7 @@ def check_resume(folder: str, now: CheckpointInfo) -> int | None:
     diff = differences(CheckpointInfo(state["graph"], state["resume"]), now)
     if diff:
         raise CheckpointRefused(f"--resume: {path} belongs to another run: " + "; ".join(diff))
+    check_shards(path, state, "--resume")
     return len(state["history"])
 
 
@@ -152,6 +164,7 @@ def check_for_embed(path: str, graph) -> None:
     if diff:
         raise CheckpointRefused(f"--checkpoint: {path} was trained on another graph or task: "
                             + "; ".join(diff))
+    check_shards(path, state, "--checkpoint")
 
 
 def embed_config(state: dict, graph: str, **runtime) -> dict:
@@ -164,13 +177,15 @@ def embed_config(state: dict, graph: str, **runtime) -> dict:
 
 
 def save_checkpoint(folder: str, model, optimizer, history: list[dict], config: dict,
-                    info: CheckpointInfo, best: bool) -> None:
-    """Write the state after epoch ``len(history) - 1``; also as ``best.pt`` when ``best``."""
+                    info: CheckpointInfo, best: bool, embedding_parts: int = 0) -> None:
+    """Write the state after epoch ``len(history) - 1``; also as ``best.pt`` when ``best``.
+    ``embedding_parts``: the number of parts whose learnable-embedding shards belong to it
+    (written before it), so that they are checked before any rank starts."""
     import torch
     with replacing_file(os.path.join(folder, NAME)) as tmp:
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "history": history, "config": config, "graph": info.graph,
-                    "resume": info.options}, tmp)
+                    "resume": info.options, "embedding_parts": embedding_parts}, tmp)
     if best:
         with replacing_file(os.path.join(folder, BEST)) as tmp_best:
             shutil.copyfile(os.path.join(folder, NAME), tmp_best)
@@ -192,4 +207,83 @@ def load_checkpoint(folder: str | None, model, optimizer) -> dict | None:
                          f"(--hidden, --fanouts, graph): {err}") from None
     optimizer.load_state_dict(state["optimizer"])
     return state
+
+
+# ---------------------------------------------------------------- learnable embeddings
+
+SHARD = "{stem}.embeddings-part{part}.pt"
+PREVIOUS = "{stem}.embeddings-part{part}.prev.pt"
+
+
+def shard_paths(checkpoint: str, part: int) -> tuple[str, str]:
+    """``(current, previous)`` embedding shard files of ``part`` beside ``checkpoint`` (a
+    ``.pt`` file: ``best.pt`` has ``best.embeddings-part<p>.pt``)."""
+    folder, name = os.path.split(checkpoint)
+    stem = name[:-3] if name.endswith(".pt") else name
+    return tuple(os.path.join(folder, f.format(stem=stem, part=part))
+                 for f in (SHARD, PREVIOUS))
+
+
+def is_shard_name(name: str) -> bool:
+    """Whether ``name`` is an embedding shard (or its partial file) this module writes."""
+    return re.fullmatch(r"\.?(checkpoint|best)\.embeddings-part\d+(\.prev)?\.pt(\.partial)?",
+                        name) is not None
+
+
+def save_embedding_shard(checkpoint: str, part: int, epoch: int, state: dict,
+                         best: str | None = None) -> None:
+    """Write ``part``'s table ``state`` after ``epoch`` beside ``checkpoint`` (and, when
+    ``best`` names another checkpoint file, the same shard beside it: a hard link, the file is
+    never changed in place), keeping the previous shards (see the module docstring); atomic."""
+    import torch
+    current = _rotate(checkpoint, part)
+    with replacing_file(current) as tmp:
+        torch.save({"epoch": epoch, "part": part, **state}, tmp)
+    if best:
+        with replacing_file(_rotate(best, part)) as tmp:
+            try:
+                os.link(current, tmp)
+            except OSError:         # a file system without hard links
+                shutil.copyfile(current, tmp)
+
+
+def _rotate(checkpoint: str, part: int) -> str:
+    """Move ``part``'s current shard beside ``checkpoint`` to the previous one's name; returns
+    the current one's path."""
+    current, previous = shard_paths(checkpoint, part)
+    if os.path.exists(current):
+        os.replace(current, previous)
+    return current
+
+
+def check_shards(checkpoint: str, state: dict, flag: str) -> None:
+    """Every part's learnable-embedding shard that the checkpoint ``state`` (read from
+    ``checkpoint``) records is there, of its epoch (reads each shard's header only). Raises
+    CheckpointRefused naming the first part that fails."""
+    epoch = state["history"][-1]["epoch"] if state["history"] else -1
+    for p in range(state.get("embedding_parts", 0)):
+        load_embedding_shard(checkpoint, p, epoch, flag)
+
+
+def load_embedding_shard(checkpoint: str, part: int, epoch: int, flag: str) -> dict:
+    """The table state of ``part`` saved with ``checkpoint`` after ``epoch``. Raises
+    CheckpointRefused naming the part, the files and what they hold when none matches."""
+    import torch
+    found = []
+    for path in shard_paths(checkpoint, part):
+        if not os.path.exists(path):
+            continue
+        try:   # mmap: reading the epoch does not read the rows
+            state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        except Exception as err:  # noqa: BLE001 - an unreadable shard is refused alike
+            found.append(f"{os.path.basename(path)} unreadable ({type(err).__name__})")
+            continue
+        if state.get("epoch") == epoch and state.get("part") == part:
+            return state
+        found.append(f"{os.path.basename(path)} of epoch {state.get('epoch')}")
+    current = shard_paths(checkpoint, part)[0]
+    raise CheckpointRefused(
+        f"{flag}: {checkpoint} (epoch {epoch}) has learnable embeddings, but part {part}'s "
+        f"shard {current} " + (f"does not match it ({', '.join(found)})" if found else
+                               "is missing") + ": it is written by that part's first rank")
 

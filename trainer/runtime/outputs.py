@@ -1,8 +1,11 @@
 """What the trainer writes, and the rule that guards it (``formats.guard.check_output``, the
 one ``prep`` applies too), checked by the launcher before any rank starts. No torch here.
 
-* ``--checkpoint-dir``: a folder the run writes ``checkpoint.pt`` and ``best.pt`` into
-  (nothing else there is touched). Its own: empty, or holding a torch archive ``checkpoint.pt``.
+* ``--checkpoint-dir``: a folder the run writes ``checkpoint.pt`` and ``best.pt`` into, and
+  with learnable embeddings each part's shards beside them (``checkpoint.embeddings-part<p>.pt``
+  and the like, :mod:`trainer.runtime.checkpoint`); nothing else there is touched. Its own:
+  empty, holding a torch archive ``checkpoint.pt``, or holding only such files (a run that
+  died before its first checkpoint leaves shards alone).
 * ``--metrics-out``: one JSON file, rewritten after every epoch. Its own: a JSON object with
   ``config``, ``epochs`` and ``summary``.
 * ``trainer embed --out``: a folder, built beside and swapped in. Its own: empty, or holding
@@ -36,9 +39,15 @@ def graph_inputs(graph: PartitionedGraph) -> list[str]:
 
 
 def is_checkpoint_folder(folder: str) -> bool:
-    """Whether ``folder`` holds a checkpoint this trainer wrote (a torch archive)."""
+    """Whether ``folder`` holds a checkpoint this trainer wrote (a torch archive), or only
+    files this trainer's checkpoints are made of."""
+    from .checkpoint import is_shard_name
     path = os.path.join(folder, CHECKPOINT_FILES[0])
-    return os.path.isfile(path) and zipfile.is_zipfile(path)
+    if os.path.isfile(path) and zipfile.is_zipfile(path):
+        return True
+    ours = set(CHECKPOINT_FILES) | {f".{n}.partial" for n in CHECKPOINT_FILES}
+    names = os.listdir(folder)
+    return bool(names) and all(n in ours or is_shard_name(n) for n in names)
 
 
 def is_metrics_file(path: str) -> bool:
@@ -87,8 +96,13 @@ def remove_partials(cfg) -> None:
     were: every write is renamed into place)."""
     leftovers = []
     if cfg.checkpoint_dir:
+        from .checkpoint import is_shard_name
         leftovers += [os.path.join(cfg.checkpoint_dir, f".{n}.partial")
                       for n in CHECKPOINT_FILES]
+        if os.path.isdir(cfg.checkpoint_dir):
+            leftovers += [os.path.join(cfg.checkpoint_dir, n)
+                          for n in os.listdir(cfg.checkpoint_dir)
+                          if n.endswith(".partial") and is_shard_name(n)]
     if cfg.metrics_out:
         leftovers.append(side_paths(cfg.metrics_out)[0])
     for path in leftovers:

@@ -106,6 +106,14 @@ class PartServer:
         return {name: {t: self.part.node_data[t][name][ids - self.part.start(t)]
                        for t, ids in nodes.items()} for name, nodes in asks.items()}
 
+    def update_embeddings(self, grads: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Apply gradient rows ``grads[ntype] = (owned new IDs, rows)`` to this part's
+        learnable embeddings (``trainer.data.embeddings``: a sparse step, those rows only)."""
+        table = getattr(self, "embeddings", None)
+        if table is None:
+            raise RuntimeError(f"part {self.part.p}'s server holds no learnable embeddings")
+        table.apply(grads)
+
 
 def payload_bytes(obj) -> int:
     """Bytes of the tensors in a (nested) request or response (a request's ``edge_feat``

@@ -12,7 +12,10 @@ a failed run removes it, and OUT keeps what it held):
 ``<ntype>/embeddings.npy`` (float32 ``[num_nodes, D]``, row = original ID; layer-wise: the last
 layer for link prediction, the last hidden layer for node classification; sampled: the model's
 output, for the types it gives rows for), for node classification also ``<target>/logits.npy``
-and ``<target>/predictions.npy`` (int64), and ``embed.json``: the files, the inference mode,
+and ``<target>/predictions.npy`` (int64), with learnable embeddings (``--featureless embed``)
+``<ntype>/input_embeddings.npy`` of each featureless type (float32 ``[num_nodes,
+--embedding-dim]``: the trained input rows, loaded from the checkpoint's part shards, which
+are also what the model reads), and ``embed.json``: the files, the inference mode,
 the checkpoint, and the metrics of these outputs beside the sampled evaluation recorded in the
 checkpoint at the same epoch. A rank holds its part's outputs of two layers (owned nodes x
 width, float32) and one batch's neighborhoods.
@@ -140,8 +143,11 @@ def run_embed(graph: str, checkpoint: str, out: str, batch_size: int, device: st
     state = torch.load(checkpoint, map_location="cpu", weights_only=False)
     cfg = TrainConfig(**embed_config(state, graph, device=device, rpc_timeout=rpc_timeout,
                                      progress=progress))
+    from ..train import restore_tables
     env = rendezvous.RankEnv.from_env()
     rank = join(cfg, env)
+    # the trained learnable rows are the featureless types' inputs
+    restore_tables(rank, checkpoint, state["history"][-1]["epoch"], "--checkpoint")
     model, _, _ = build_model(rank)
     try:
         model.load_state_dict(state["model"])
@@ -217,6 +223,7 @@ def _infer_and_write(rank, cfg, model, batch_size: int, state: dict, checkpoint:
 
 def _files(rank, task: str, embedding: str, final: str) -> dict:
     """``(type, file name) -> (layer name, shape, dtype)`` of the outputs."""
+    from ..data.features import EMBEDDING
     graph = rank.part.graph
     files = {}
     for t in graph.node_types:
@@ -224,6 +231,11 @@ def _files(rank, task: str, embedding: str, final: str) -> dict:
             continue          # a type the model gives no rows for
         width = graph.node_feats[t][embedding]["shape"][0]
         files[(t, "embeddings.npy")] = (embedding, (graph.num_nodes[t], width), "float32")
+    for t in graph.node_types:     # the trained learnable input rows (--featureless embed)
+        if EMBEDDING in graph.node_feats.get(t, {}):
+            width = graph.node_feats[t][EMBEDDING]["shape"][0]
+            files[(t, "input_embeddings.npy")] = (EMBEDDING, (graph.num_nodes[t], width),
+                                                  "float32")
     if task == "node":
         classes = graph.node_feats[rank.ntype][final]["shape"][0]
         n = graph.num_nodes[rank.ntype]

@@ -31,3 +31,36 @@ def aggregate_mean(msg: torch.Tensor, dst: torch.Tensor, n_dst: int) -> torch.Te
     total = msg.new_zeros((n_dst, msg.shape[1])).index_add_(0, dst, msg)
     deg = torch.bincount(dst, minlength=n_dst).clamp(min=1).unsqueeze(1)
     return total / deg
+
+
+class LayerStack(torch.nn.Module):
+    """Per-type convolutions run layer by layer on a :class:`trainer.batch.Batch`, what the
+    built-in models share. ``forward(batch)`` returns the last layer's outputs of every type's
+    destinations (a tensor on a graph with one node type, else a dict); ``layer(i, layer, h)``
+    runs layer ``i`` alone (dropout of its input, the convolution, ``activation`` but after
+    the last layer), ``h`` a tensor or a dict per type, returned in the same form: what
+    layer-wise inference runs over all nodes. ``dropout_first=False`` leaves the input
+    features undropped (dropout only between layers)."""
+
+    def __init__(self, convs: list[torch.nn.Module], types, dropout: float, activation,
+                 dropout_first: bool = True):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(convs)
+        self.dropout = torch.nn.Dropout(dropout)
+        self.types = list(types)
+        self.activation, self.dropout_first = activation, dropout_first
+
+    def forward(self, batch):
+        h = batch.x_dict
+        for i, layer in enumerate(batch.layers):
+            h = self.layer(i, layer, h)
+        return like(h, batch.x_dict if len(self.types) > 1 else batch.x)
+
+    def layer(self, i: int, layer, h):
+        hd = as_dict(h, self.types)
+        if i > 0 or self.dropout_first:
+            hd = {t: self.dropout(v) for t, v in hd.items()}
+        out = self.layers[i](layer, hd)
+        if i < len(self.layers) - 1:
+            out = {t: self.activation(v) for t, v in out.items()}
+        return like(out, h)

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..batch import Batch, Layer
-from .common import aggregate_mean, as_dict, key, like
+from ..batch import Layer
+from .common import LayerStack, aggregate_mean, key
 
 
 def _glorot(t: torch.Tensor) -> None:
@@ -171,7 +171,7 @@ class GATLayer(nn.Module):
         return out
 
 
-class GAT(nn.Module):
+class GAT(LayerStack):
     """``num_layers`` attention layers: hidden ones with ``heads`` heads of ``hidden //
     heads`` channels, concatenated, then ELU; the last ``out_dim`` wide, the mean of
     ``out_heads`` heads (class logits, or link embeddings). Dropout ``dropout`` on every
@@ -182,34 +182,16 @@ class GAT(nn.Module):
                  num_layers: int, heads: int = 8, out_heads: int = 1, dropout: float = 0.6,
                  attn_dropout: float = 0.6, negative_slope: float = 0.2,
                  edge_dims: dict | None = None):
-        super().__init__()
         edge_types = [tuple(et) for et in edge_types]
         edge_dims = {tuple(et): d for et, d in (edge_dims or {}).items()}
-        self.layers = nn.ModuleList()
+        convs = []
         for i in range(num_layers):
             last = i == num_layers - 1
             layer_in = in_dims if i == 0 else {t: hidden for t in in_dims}
-            self.layers.append(GATLayer(layer_in, out_dim if last else hidden // heads,
-                                        out_heads if last else heads, not last, edge_types,
-                                        edge_dims, negative_slope, attn_dropout))
-        self.dropout = nn.Dropout(dropout)
-        self.types = list(in_dims)
-
-    def forward(self, batch: Batch):
-        h = batch.x_dict
-        for i, layer in enumerate(batch.layers):
-            h = self.layer(i, layer, h)
-        return like(h, batch.x_dict if len(self.types) > 1 else batch.x)
-
-    def layer(self, i: int, layer: Layer, h):
-        """Layer ``i`` alone (input dropout, attention, ELU but after the last), ``h`` a
-        tensor or a dict per type, returned in the same form: what layer-wise inference runs
-        over all nodes, one layer at a time."""
-        hd = as_dict(h, self.types)
-        out = self.layers[i](layer, {t: self.dropout(v) for t, v in hd.items()})
-        if i < len(self.layers) - 1:
-            out = {t: F.elu(v) for t, v in out.items()}
-        return like(out, h)
+            convs.append(GATLayer(layer_in, out_dim if last else hidden // heads,
+                                  out_heads if last else heads, not last, edge_types,
+                                  edge_dims, negative_slope, attn_dropout))
+        super().__init__(convs, in_dims, dropout, F.elu)
 
 
 def _count(name: str, value) -> int:

@@ -17,8 +17,8 @@ import math
 import torch
 from torch import nn
 
-from ..batch import Batch, Layer
-from .common import aggregate_mean, as_dict, key, like
+from ..batch import Layer
+from .common import LayerStack, aggregate_mean, key
 
 EdgeKey = tuple[str, str, str]
 
@@ -79,7 +79,7 @@ class RGCNConv(nn.Module):
         return out
 
 
-class RGCN(nn.Module):
+class RGCN(LayerStack):
     """``num_layers`` R-GCN layers, ReLU and dropout between; the last is ``out_dim`` wide
     (class logits, or embeddings for link prediction). ``forward(batch)`` returns the last
     layer's outputs of every type's destinations: a tensor on a graph with one node type,
@@ -88,32 +88,11 @@ class RGCN(nn.Module):
     def __init__(self, in_dims: dict[str, int], hidden: int, out_dim: int,
                  edge_types: list[EdgeKey], num_layers: int, dropout: float = 0.5,
                  num_bases: int | None = None, edge_dims: dict[EdgeKey, int] | None = None):
-        super().__init__()
         dims = [hidden] * (num_layers - 1) + [out_dim]
-        self.layers = nn.ModuleList()
-        for i, width in enumerate(dims):
-            layer_in = in_dims if i == 0 else {t: hidden for t in in_dims}
-            self.layers.append(RGCNConv(layer_in, width, edge_types, num_bases, edge_dims))
-        self.dropout = nn.Dropout(dropout)
-        self.types = list(in_dims)
-
-    def forward(self, batch: Batch):
-        h = batch.x_dict
-        for i, layer in enumerate(batch.layers):
-            h = self.layer(i, layer, h)
-        return like(h, batch.x_dict if len(self.types) > 1 else batch.x)
-
-    def layer(self, i: int, layer: Layer, h):
-        """Layer ``i`` alone (dropout of the previous layer's output but before the first,
-        convolution, ReLU but after the last), ``h`` a tensor or a dict per type, returned in
-        the same form: what layer-wise inference runs over all nodes, one layer at a time."""
-        hd = as_dict(h, self.types)
-        if i > 0:
-            hd = {t: self.dropout(v) for t, v in hd.items()}
-        out = self.layers[i](layer, hd)
-        if i < len(self.layers) - 1:
-            out = {t: torch.relu(v) for t, v in out.items()}
-        return like(out, h)
+        convs = [RGCNConv(in_dims if i == 0 else {t: hidden for t in in_dims}, width,
+                          edge_types, num_bases, edge_dims) for i, width in enumerate(dims)]
+        # as R-GCN: dropout between layers, not on the input rows
+        super().__init__(convs, in_dims, dropout, torch.relu, dropout_first=False)
 
 
 def build(spec, num_bases: int | None = None) -> RGCN:

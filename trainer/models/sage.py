@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..batch import Batch, Layer
-from .common import aggregate_mean, as_dict, key, like
+from ..batch import Layer
+from .common import LayerStack, aggregate_mean, key
 
 
 class SAGEConv(nn.Module):
@@ -35,38 +35,16 @@ class SAGEConv(nn.Module):
         return out
 
 
-class GraphSAGE(nn.Module):
+class GraphSAGE(LayerStack):
     """``num_layers`` SAGE layers, ReLU and dropout between; the last layer is ``out_dim`` wide
-    (class logits for node classification, embeddings for link prediction). ``forward(batch)``
-    returns the outputs of every type's destinations of the last layer: a tensor on a graph
-    with one node type, else a dict."""
+    (class logits for node classification, embeddings for link prediction)."""
 
     def __init__(self, in_dims: dict[str, int], hidden: int, out_dim: int, edge_types: list,
                  num_layers: int, dropout: float = 0.5):
-        super().__init__()
         dims = [hidden] * (num_layers - 1) + [out_dim]
-        self.layers = nn.ModuleList()
-        for i, width in enumerate(dims):
-            layer_in = in_dims if i == 0 else {t: hidden for t in in_dims}
-            self.layers.append(SAGEConv(layer_in, width, edge_types))
-        self.dropout = nn.Dropout(dropout)
-        self.types = list(in_dims)
-
-    def forward(self, batch: Batch):
-        h = batch.x_dict
-        for i, layer in enumerate(batch.layers):
-            h = self.layer(i, layer, h)
-        return like(h, batch.x_dict if len(self.types) > 1 else batch.x)
-
-    def layer(self, i: int, layer: Layer, h):
-        """Layer ``i`` alone (dropout, convolution, ReLU but after the last), ``h`` a tensor
-        or a dict per type, returned in the same form: what layer-wise inference runs over all
-        nodes, one layer at a time."""
-        hd = as_dict(h, self.types)
-        out = self.layers[i](layer, {t: self.dropout(v) for t, v in hd.items()})
-        if i < len(self.layers) - 1:
-            out = {t: torch.relu(v) for t, v in out.items()}
-        return like(out, h)
+        convs = [SAGEConv(in_dims if i == 0 else {t: hidden for t in in_dims}, width, edge_types)
+                 for i, width in enumerate(dims)]
+        super().__init__(convs, in_dims, dropout, torch.relu)
 
 
 def build(spec, **args) -> GraphSAGE:

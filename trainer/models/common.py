@@ -64,3 +64,20 @@ class LayerStack(torch.nn.Module):
         if i < len(self.layers) - 1:
             out = {t: self.activation(v) for t, v in out.items()}
         return like(out, h)
+
+
+class MeanRelationConv(torch.nn.Module):
+    """``h'[v] = self_lin[type](h[v]) + sum over edge types of the mean of message(...)`` over
+    the in-edges of each destination ``v`` of a layer: the shape sage and rgcn share. A
+    subclass holds ``self_lin`` (a ModuleDict per node type) and defines ``message(et,
+    h_src, edge_index, layer)``: one row per edge of ``et``, in edge order."""
+
+    def forward(self, layer, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        out = {t: self.self_lin[key(t)](h[t][:n]) for t, n in layer.num_dst_dict.items() if n}
+        for et, ei in layer.edge_index_dict.items():
+            n_dst = layer.num_dst_dict.get(et[2], 0)
+            if not n_dst or not ei.shape[1]:
+                continue
+            msg = self.message(et, h[et[0]], ei, layer)
+            out[et[2]] = out[et[2]] + aggregate_mean(msg, ei[1], n_dst)
+        return out

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..batch import Layer
-from .common import LayerStack, aggregate_mean, key
+from .common import LayerStack, MeanRelationConv, key
 
 EdgeKey = tuple[str, str, str]
 
@@ -29,7 +29,7 @@ def _glorot(*shape: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
 
 
-class RGCNConv(nn.Module):
+class RGCNConv(MeanRelationConv):
     """One R-GCN layer over the destinations of a :class:`Layer` (see the module docstring).
     ``in_dims[t]``: input width of node type ``t``; ``edge_dims[et]``: width of the edge data
     rows of the edge types that have them. Holds ``R x in x out`` weights (or ``B x in x out``
@@ -61,22 +61,17 @@ class RGCNConv(nn.Module):
         bases = self.bases[str(self.in_dims[et[0]])]
         return torch.einsum("b,bio->io", self.coefficients[key(et)][0], bases)
 
-    def forward(self, layer: Layer, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        out = {t: self.self_lin[key(t)](h[t][:n]) for t, n in layer.num_dst_dict.items() if n}
-        for et, ei in layer.edge_index_dict.items():
-            n_dst = layer.num_dst_dict.get(et[2], 0)
-            if not n_dst or not ei.shape[1]:
-                continue
-            # project the sources, then gather: edges carry out_dim values, not in_dim
-            msg = (h[et[0]] @ self.weight(et))[ei[0]]
-            if key(et) in self.edge_lin:
-                attr = layer.edge_attr_dict.get(et)
-                if attr is None:
-                    raise ValueError(f"rgcn: edge type {et} was built with edge data, but "
-                                     "this layer carries none (layer.edge_attr_dict)")
-                msg = msg + self.edge_lin[key(et)](attr.flatten(1).to(msg.dtype))
-            out[et[2]] = out[et[2]] + aggregate_mean(msg, ei[1], n_dst)
-        return out
+    def message(self, et: EdgeKey, h_src: torch.Tensor, edge_index: torch.Tensor,
+                layer: Layer) -> torch.Tensor:
+        # project the sources, then gather: edges carry out_dim values, not in_dim
+        msg = (h_src @ self.weight(et))[edge_index[0]]
+        if key(et) in self.edge_lin:
+            attr = layer.edge_attr_dict.get(et)
+            if attr is None:
+                raise ValueError(f"rgcn: edge type {et} was built with edge data, but this "
+                                 "layer carries none (layer.edge_attr_dict)")
+            msg = msg + self.edge_lin[key(et)](attr.flatten(1).to(msg.dtype))
+        return msg
 
 
 class RGCN(LayerStack):

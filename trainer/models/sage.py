@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from ..batch import Layer
-from .common import LayerStack, aggregate_mean, key
+from .common import LayerStack, MeanRelationConv, key
 
 
-class SAGEConv(nn.Module):
+class SAGEConv(MeanRelationConv):
     """``h'[v] = W_self h[v] + sum_etype W_etype mean_{u in N_etype(v)} h[u]`` for the
     destination nodes of a layer. Projects before aggregating (``W`` has no bias, so the mean
     commutes) so edges carry ``out_dim`` values, not ``in_dim``."""
@@ -24,15 +24,9 @@ class SAGEConv(nn.Module):
                                         for et in edge_types})
         self.out_dim = out_dim
 
-    def forward(self, layer: Layer, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        out = {t: self.self_lin[key(t)](h[t][:n]) for t, n in layer.num_dst_dict.items() if n}
-        for et, ei in layer.edge_index_dict.items():
-            n_dst = layer.num_dst_dict.get(et[2], 0)
-            if not n_dst or not ei.shape[1]:
-                continue
-            msg = self.neigh_lin[key(et)](h[et[0]])[ei[0]]
-            out[et[2]] = out[et[2]] + aggregate_mean(msg, ei[1], n_dst)
-        return out
+    def message(self, et, h_src: torch.Tensor, edge_index: torch.Tensor, layer: Layer
+                ) -> torch.Tensor:
+        return self.neigh_lin[key(et)](h_src)[edge_index[0]]
 
 
 class GraphSAGE(LayerStack):

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import parse_args  # noqa: E402
 from formats import EdgeType, load_chunked_graph, read_array_chunk, read_edge_chunk  # noqa: E402
-from trainer.sampling.dist_sampler import Block  # noqa: E402
+from trainer.batch import full_graph_batch  # noqa: E402
 from trainer.tasks.link_metrics import auc, ranking_metrics  # noqa: E402
 from trainer.models.sage import GraphSAGE  # noqa: E402
 from trainer.models.scorer import link_loss, make_scorer  # noqa: E402
@@ -103,10 +103,12 @@ def reference(chunked: str, args, seed: int = 0) -> dict:
     tr = mask["train_mask"]
     # the trainer's link default (--degree-input): log(1 + in-degree) over training edges
     x = torch.cat([x, torch.log1p(torch.bincount(dst[tr], minlength=n).float())[:, None]], 1)
-    block = Block({"_N": torch.arange(n)}, {"_N": n}, {ET: (src[tr], dst[tr])})
+    etype = (ET.src, ET.rel, ET.dst)
+    layers = len(args.fanouts.split(","))
+    batch = full_graph_batch({"_N": x}, {etype: torch.stack([src[tr], dst[tr]])}, layers)
     torch.manual_seed(seed)
-    model = GraphSAGE({"_N": x.shape[1]}, args.hidden, args.hidden, [ET],
-                      len(args.fanouts.split(",")), args.dropout)
+    model = GraphSAGE({"_N": x.shape[1]}, args.hidden, args.hidden, [etype],
+                      layers, args.dropout)
     scorer = make_scorer(args.scorer, args.hidden)
     opt = torch.optim.Adam([*model.parameters(), *scorer.parameters()], lr=args.lr,
                            weight_decay=args.weight_decay)
@@ -116,7 +118,7 @@ def reference(chunked: str, args, seed: int = 0) -> dict:
     for _ in range(args.epochs):
         model.train()
         for idx in torch.split(torch.randperm(len(ts), generator=gen), args.ref_batch_size):
-            h = model([block] * len(model.layers), {"_N": x}, "_N")
+            h = model(batch)
             neg = torch.randint(0, n, (len(idx),), generator=gen)
             loss = link_loss(scorer(h[ts[idx]], h[td[idx]]), scorer(h[ts[idx]], h[neg]))
             opt.zero_grad()
@@ -124,7 +126,7 @@ def reference(chunked: str, args, seed: int = 0) -> dict:
             opt.step()
     model.eval()
     with torch.no_grad():
-        h = model([block] * len(model.layers), {"_N": x}, "_N")
+        h = model(batch)
         out = _evaluate(h, scorer, src, dst, mask, n, gen)
     out["seconds"] = round(time.perf_counter() - start, 1)
     return out

@@ -190,7 +190,7 @@ def test_halo_cache_serves_the_same_rows_with_less_traffic(cora):
     halo = cluster.parts[0].halo_ids["_N"]
     rows = min(100, len(halo) // 2)      # a budget that binds: fewer rows than the halo has
     assert rows >= 20, len(halo)
-    cache = HaloCache.build(plain, "feat", rows * 1433 * 4)
+    cache = HaloCache.build(plain, ("feat",), rows * 1433 * 4)
     assert len(cache.ids["_N"]) == rows and torch.isin(cache.ids["_N"], halo).all()
     cached = FeatureFetcher(cluster.parts[0], cluster.servers[0], cluster.transport,
                             cache=cache)

@@ -25,6 +25,7 @@ homogeneous graphs only. Nothing here imports PyG except :meth:`Batch.to_pyg`.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -94,7 +95,9 @@ class Batch:
     layers: list[Layer]
     x_dict: dict[str, torch.Tensor]
     n_id_dict: dict[str, torch.Tensor]
-    orig_id_dict: dict[str, torch.Tensor]
+    # the original IDs, or a function fetching them: most models never read them, so the
+    # trainer's batches fetch them at first use (one request per owner part, then kept)
+    orig_id_source: dict[str, torch.Tensor] | Callable[[], dict[str, torch.Tensor]]
     batch_size_dict: dict[str, int]
     target: str
     y: torch.Tensor | None = None
@@ -115,6 +118,13 @@ class Batch:
     @property
     def n_id(self) -> torch.Tensor:
         return _only(self.n_id_dict, "n_id")
+
+    @property
+    def orig_id_dict(self) -> dict[str, torch.Tensor]:
+        if callable(self.orig_id_source):
+            device = next(iter(self.n_id_dict.values())).device if self.n_id_dict else "cpu"
+            self.orig_id_source = _move(self.orig_id_source(), device)
+        return self.orig_id_source
 
     @property
     def orig_id(self) -> torch.Tensor:
@@ -170,7 +180,7 @@ class Batch:
         """This batch with every tensor on ``device`` (non-blocking from pinned memory)."""
         return replace(self, layers=[layer.to(device) for layer in self.layers],
                        x_dict=_move(self.x_dict, device), n_id_dict=_move(self.n_id_dict, device),
-                       orig_id_dict=_move(self.orig_id_dict, device),
+                       orig_id_source=_move(self.orig_id_source, device),
                        y=_move(self.y, device), edge_label_index=_move(self.edge_label_index, device),
                        edge_label=_move(self.edge_label, device))
 

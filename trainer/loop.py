@@ -41,7 +41,7 @@ from .runtime import rendezvous
 from .runtime.health import where
 from .runtime.outputs import write_json_atomic
 from .sampling.dist_sampler import DistNeighborSampler
-from .sampling.partition import LocalPart
+from .sampling.partition import ORIG_ID, LocalPart
 from .sampling.service import PartServer, RpcTransport, serve
 from .sampling.timing import PHASES, Breakdown
 
@@ -139,8 +139,8 @@ def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
     if cfg.cache_mb > 0 and graph.num_parts > 1:
         where.at("the halo cache fetch")
         start = time.perf_counter()
-        cache = HaloCache.build(FeatureFetcher(server.part, server, transport), "feat",
-                                int(cfg.cache_mb * 2**20))
+        cache = HaloCache.build(FeatureFetcher(server.part, server, transport),
+                                ("feat", ORIG_ID), int(cfg.cache_mb * 2**20))
         log.info("halo cache: %s rows, %.1f MB, built in %.2f s",
                  {t: len(v) for t, v in cache.ids.items()}, cache.nbytes / 2**20,
                  time.perf_counter() - start)

@@ -49,10 +49,11 @@ def input_nodes(blocks: list[Block], node_types: list[str]) -> dict[str, torch.T
 
 def make_batch(blocks: list[Block], fetcher, graph, target: str,
                seeds: dict[str, torch.Tensor], feature: str = "feat") -> Batch:
-    """The batch of ``blocks`` (input layer first, last destinations ``seeds``): inputs and
-    original IDs of every sampled node fetched in one request per owner part."""
+    """The batch of ``blocks`` (input layer first, last destinations ``seeds``): the inputs
+    of every sampled node fetched in one request per owner part; their original IDs are
+    fetched only if the model reads them (``Batch.orig_id_dict``)."""
     types = list(graph.node_types)
     nodes = input_nodes(blocks, types)
-    x, extra = fetcher.inputs(nodes, feature, also=(ORIG_ID,))
-    return Batch([to_layer(b, types, list(graph.edge_types)) for b in blocks], x, nodes,
-                 extra[ORIG_ID], {t: len(v) for t, v in seeds.items()}, target)
+    return Batch([to_layer(b, types, list(graph.edge_types)) for b in blocks],
+                 fetcher.inputs(nodes, feature), nodes, lambda: fetcher.fetch(ORIG_ID, nodes),
+                 {t: len(v) for t, v in seeds.items()}, target)

@@ -42,29 +42,34 @@ def add_log_degree(part: LocalPart) -> None:
 
 
 class HaloCache:
-    """Rows of one data array for the halo nodes this part's edges reference most, fetched
-    once: ``ids[t]`` sorted new IDs, ``rows[t]`` their rows. Holds at most its byte budget."""
+    """Rows of some data arrays for the halo nodes this part's edges reference most, fetched
+    once: ``ids[t]`` sorted new IDs, ``rows[name][t]`` their rows of each array in
+    ``names`` (the features, and the original IDs that every batch also carries). Holds at
+    most its byte budget."""
 
-    def __init__(self, name: str, ids: dict[str, torch.Tensor], rows: dict[str, torch.Tensor]):
-        self.name, self.ids, self.rows = name, ids, rows
+    def __init__(self, names: tuple[str, ...], ids: dict[str, torch.Tensor],
+                 rows: dict[str, dict[str, torch.Tensor]]):
+        self.names, self.ids, self.rows = names, ids, rows
 
     @property
     def nbytes(self) -> int:
-        return sum(r.numel() * r.element_size() for r in self.rows.values())
+        return sum(r.numel() * r.element_size() for by_type in self.rows.values()
+                   for r in by_type.values())
 
     @classmethod
-    def build(cls, fetcher: "FeatureFetcher", name: str, budget_bytes: int,
+    def build(cls, fetcher: "FeatureFetcher", names: tuple[str, ...], budget_bytes: int,
               scan_rows: int = 1 << 24) -> "HaloCache":
-        """Pick, per node type with ``name``, the halo nodes with the most in-part edges
+        """Pick, per node type with ``names[0]``, the halo nodes with the most in-part edges
         (counted over ``indices`` in slices of ``scan_rows``) within an equal share of the
-        budget, and fetch their rows (one request per owner)."""
+        budget, and fetch their rows of every array of ``names`` the type has (one request
+        per owner)."""
         part, meta = fetcher.part, fetcher.meta
-        types = [t for t in part.graph.node_types if name in meta.get(t, {})]
+        types = [t for t in part.graph.node_types if names[0] in meta.get(t, {})]
         chosen = {}
         for t in types:
             halo = part.halo_ids[t].cpu()
-            row_bytes = fetcher.dim(t, name) * torch.empty((), dtype=getattr(
-                torch, meta[t][name]["dtype"])).element_size()
+            row_bytes = sum(fetcher.dim(t, n) * torch.empty((), dtype=getattr(
+                torch, meta[t][n]["dtype"])).element_size() for n in names if n in meta[t])
             k = min(len(halo), budget_bytes // max(len(types), 1) // row_bytes)
             if k <= 0:
                 continue
@@ -76,17 +81,20 @@ class HaloCache:
                     chunk = chunk[chunk >= owned].long() - owned
                     refs += torch.bincount(chunk, minlength=len(halo))
             chosen[t] = torch.sort(halo[torch.topk(refs, k).indices]).values
-        return cls(name, chosen, fetcher.fetch(name, chosen) if chosen else {})
+        # every array's rows for every chosen type: a hit must find all of them
+        types_ok = {t: ids for t, ids in chosen.items() if all(n in meta[t] for n in names)}
+        asks = {n: types_ok for n in names}
+        return cls(tuple(names), types_ok, fetcher.fetch_many(asks) if types_ok else
+                   {n: {} for n in names})
 
-    def fill(self, ntype: str, ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """Copy cached rows of ``ids`` into ``rows``; returns the positions not cached."""
+    def hits(self, ntype: str, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(hit, pos)``: which of ``ids`` are cached (bool), and their rows' positions."""
         cached = self.ids.get(ntype)
         if cached is None or not len(cached):
-            return torch.arange(len(ids))
+            return torch.zeros(len(ids), dtype=torch.bool), ids[:0]
         pos = torch.searchsorted(cached, ids).clamp(max=len(cached) - 1)
         hit = cached[pos] == ids
-        rows[hit] = self.rows[ntype][pos[hit]]
-        return torch.nonzero(~hit).flatten()
+        return hit, pos[hit]
 
 
 class FeatureFetcher:
@@ -161,41 +169,55 @@ class FeatureFetcher:
                    ) -> dict[str, dict[str, torch.Tensor]]:
         """``out[name][ntype]``: rows of node data ``name`` for ``asks[name][ntype]`` (per-type
         new IDs of nodes that have it), in the given order, on CPU; one request per owner part
-        for all of them (the halo cache's rows are not asked for)."""
+        for all of them. Arrays asked for the same ID tensors (and equally held by the halo
+        cache) share one ID list on the wire; cached rows are not asked for."""
         with self.breakdown.clock("feature_fetch"):
-            out, todo, by_owner = {}, {}, {}
+            out = {name: {t: torch.empty((len(ids), *self.meta[t][name]["shape"]),
+                                         dtype=getattr(torch, self.meta[t][name]["dtype"]))
+                          for t, ids in nodes.items()} for name, nodes in asks.items()}
+            groups: dict[tuple, list[str]] = {}
             for name, nodes in asks.items():
-                nodes = {t: ids.cpu() for t, ids in nodes.items()}
-                out[name] = {t: torch.empty((len(ids), *self.meta[t][name]["shape"]),
-                                            dtype=getattr(torch, self.meta[t][name]["dtype"]))
-                             for t, ids in nodes.items()}
-                cache = self.cache if self.cache is not None and self.cache.name == name \
-                    else None
-                missing = {t: torch.arange(len(ids)) for t, ids in nodes.items()}
-                if cache:
-                    missing = {t: cache.fill(t, ids, out[name][t]) for t, ids in nodes.items()}
-                todo[name] = {t: (nodes[t][pos], pos) for t, pos in missing.items()}
-                by_owner[name] = split_by_owner(
-                    self.book, {t: ids for t, (ids, _) in todo[name].items()}, self.num_parts)
-            # (owner part, whose rows): learnable rows may live on another rank of the part
-            requests: dict[tuple[int, bool], dict[str, dict[str, torch.Tensor]]] = {}
-            for name, owners in by_owner.items():
+                cached = self.cache is not None and name in self.cache.names
                 table = self.table_route is not None and name == EMBEDDING
+                same = tuple((t, id(ids)) for t, ids in nodes.items())
+                groups.setdefault((same, cached, table), []).append(name)
+            # (owner part, whose rows) -> [(names, {type: ids})]: learnable rows may live on
+            # another rank of the part
+            requests: dict[tuple[int, bool], list] = {}
+            plans = []
+            for (_, cached, table), names in groups.items():
+                todo = {}
+                for t, ids in asks[names[0]].items():
+                    ids = ids.cpu()
+                    missing = torch.arange(len(ids))
+                    if cached:
+                        hit, pos = self.cache.hits(t, ids)
+                        if len(pos):
+                            for name in names:
+                                out[name][t][hit] = self.cache.rows[name][t][pos]
+                        missing = torch.nonzero(~hit).flatten()
+                    todo[t] = (ids[missing], missing)
+                owners = split_by_owner(self.book, {t: ids for t, (ids, _) in todo.items()},
+                                        self.num_parts)
                 for q, where in enumerate(owners):
-                    for t, pos in where.items():
-                        requests.setdefault((q, table), {}).setdefault(name, {})[t] = \
-                            todo[name][t][0][pos]
+                    if where:
+                        requests.setdefault((q, table), []).append(
+                            (names, {t: todo[t][0][pos] for t, pos in where.items()}))
+                        plans.append(((q, table), names, {t: todo[t][1][pos]
+                                                          for t, pos in where.items()}))
             local = {key for key in requests
                      if key[0] == self.p and (not key[1] or self.table_route.local)}
             remote = {key: self._via(key).call(key[0], "rows", ask)
                       for key, ask in requests.items() if key not in local}
-            answers = [(key[0], self.server.rows(requests[key])) for key in local]
-            answers += [(key[0], self._via(key).wait(key[0], fut, "feature fetch"))
-                        for key, fut in remote.items()]
-            for q, answer in answers:
-                for name, rows_by_type in answer.items():
-                    for t, rows in rows_by_type.items():
-                        out[name][t][todo[name][t][1][by_owner[name][q][t]]] = rows
+            answers = {key: self.server.rows(requests[key]) for key in local}
+            answers.update({key: self._via(key).wait(key[0], fut, "feature fetch")
+                            for key, fut in remote.items()})
+            seen: dict[tuple[int, bool], int] = {}
+            for key, names, where in plans:        # in the order each request listed them
+                i = seen[key] = seen.get(key, -1) + 1
+                for name in names:
+                    for t, rows in answers[key][i][name].items():
+                        out[name][t][where[t]] = rows
         return out
 
     def _via(self, key: tuple[int, bool]) -> Transport:

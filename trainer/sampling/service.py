@@ -99,12 +99,14 @@ class PartServer:
         pos = self.part.csc[etype].stored(edge_pos.cpu())
         return array.index_select(0, pos)
 
-    def rows(self, asks: dict[str, dict[str, torch.Tensor]]
-             ) -> dict[str, dict[str, torch.Tensor]]:
-        """Rows of owned nodes (per-type new IDs) of several node data arrays at once:
-        ``asks[name][ntype] = ids`` gives ``out[name][ntype]``, gathered."""
-        return {name: {t: self.part.node_data[t][name][ids - self.part.start(t)]
-                       for t, ids in nodes.items()} for name, nodes in asks.items()}
+    def rows(self, asks: list[tuple[list[str], dict[str, torch.Tensor]]]
+             ) -> list[dict[str, dict[str, torch.Tensor]]]:
+        """Rows of owned nodes (per-type new IDs) of several node data arrays at once: for
+        each ``(names, {ntype: ids})`` ask, ``{name: {ntype: rows}}`` (the IDs travel once for
+        all the names), gathered."""
+        return [{name: {t: self.part.node_data[t][name][ids - self.part.start(t)]
+                        for t, ids in nodes.items()} for name in names}
+                for names, nodes in asks]
 
     def update_embeddings(self, grads: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Apply gradient rows ``grads[ntype] = (owned new IDs, rows)`` to this part's

@@ -20,7 +20,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import parse_args, partitioned_synth  # noqa: E402
+from formats.partitioned import load_partitioned  # noqa: E402
+from common import add_graph_options, graph_spec, parse_args, partitioned_synth  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BASELINE = "dc4bc56"     # the last commit before the trainer took user models (issue 31)
@@ -55,10 +56,12 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="alternating runs of each")
     ap.add_argument("--baseline", default=BASELINE, help="commit of the baseline trainer")
     ap.add_argument("--workdir", default=None, help="keep the prepared graph here")
+    add_graph_options(ap)
     args = parse_args(ap, {"edges": 2 * 10**4, "epochs": 2, "fanouts": "5,5",
                            "batch_size": 64, "repeats": 1})
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-parity-")
-    graph_json = partitioned_synth(workdir, args.edges, (2,))[2]
+    spec = graph_spec(args, args.edges, 32) if args.graph == "rmat" else None
+    graph_json = partitioned_synth(workdir, args.edges, (2,), spec=spec)[2]
     baseline_tree = os.path.join(workdir, "baseline-tree")
     if not os.path.isdir(baseline_tree):
         subprocess.run(["git", "worktree", "add", "--detach", baseline_tree, args.baseline],
@@ -75,7 +78,9 @@ def main():
     def epoch_s(name):
         return statistics.mean(e["epoch_s"] for d in runs[name] for e in d["epochs"][1:]
                                or d["epochs"])
-    res = {"edges": args.edges, "epochs": args.epochs, "fanouts": args.fanouts,
+    total = sum(load_partitioned(graph_json).num_edges.values())
+    res = {"graph": args.graph, "edges": args.edges, "graph_edges": total,
+           "epochs": args.epochs, "fanouts": args.fanouts,
            "batch_size": args.batch_size, "repeats": args.repeats, "baseline": args.baseline,
            "cores": os.cpu_count()}
     for name in runs:

@@ -119,9 +119,12 @@ def run_baseline(code: str) -> dict:
 
 
 def partitioned_synth(workdir: str, edges: int, parts: tuple[int, ...], feat_dim: int = 32,
-                      split: tuple[float, float, float] = (0.05, 0.05, 0.1)) -> dict[int, str]:
-    """A synth graph of ``edges`` edges (edges/10 nodes) dispatched into each of ``parts``
-    (random partition): ``{P: path of graph.json}``. Reuses what ``workdir`` already holds."""
+                      split: tuple[float, float, float] = (0.05, 0.05, 0.1),
+                      spec=None) -> dict[int, str]:
+    """A synth graph dispatched into each of ``parts`` (random partition): ``{P: path of
+    graph.json}``; ``spec`` (a ``SynthSpec``, e.g. :func:`graph_spec`'s R-MAT), else the
+    planted graph of ``edges`` edges (edges/10 nodes). Reuses what ``workdir`` already holds."""
+    import dataclasses
     import os
 
     from dispatch.job import run_dispatch
@@ -129,10 +132,15 @@ def partitioned_synth(workdir: str, edges: int, parts: tuple[int, ...], feat_dim
     from pipeline.synth import SynthSpec
     from pipeline.synth_job import run_synth
 
-    graph = os.path.join(workdir, f"synth-{edges}")
+    if spec is None:
+        spec = SynthSpec(num_nodes=edges // 10, num_edges=edges, feat_dim=feat_dim)
+        name = f"synth-{edges}"
+    else:
+        name = f"synth-{spec.generator}-{spec.num_edges}"
+    spec = dataclasses.replace(spec, split=split)
+    graph = os.path.join(workdir, name)
     out = {}
     with fresh_cluster() as (options, _):
-        spec = SynthSpec(num_nodes=edges // 10, num_edges=edges, feat_dim=feat_dim, split=split)
         run_synth(spec, graph, 1 << 20, options)
         for p in parts:
             assignment, dispatched = f"{graph}-a{p}", f"{graph}-d{p}"

@@ -135,17 +135,16 @@ class FeatureFetcher:
         have = self.meta.get(ntype, {})
         return name if name in have else EMBEDDING if EMBEDDING in have else None
 
-    def inputs(self, nodes: dict[str, torch.Tensor], name: str = "feat",
-               also: tuple[str, ...] = ()) -> dict[str, torch.Tensor] | tuple:
+    def inputs(self, nodes: dict[str, torch.Tensor], name: str = "feat"
+               ) -> dict[str, torch.Tensor]:
         """Model inputs of ``nodes`` (float32 where columns are appended), in the given order,
-        on CPU; with ``also``, ``(inputs, {array: rows})`` of those arrays too, fetched in the
-        same requests."""
+        on CPU: every array they come from fetched in the same requests."""
         names = {t: self.input_name(t, name) for t in nodes}
         deferred = {t for t, n in names.items() if n == EMBEDDING and self.defer_embeddings}
         asks: dict[str, dict[str, torch.Tensor]] = {}
         for t, ids in nodes.items():
             own = [names[t]] if names[t] and t not in deferred else []
-            for n in own + list(self.extra_inputs) + list(also):
+            for n in own + list(self.extra_inputs):
                 asks.setdefault(n, {})[t] = ids
         got = self.fetch_many(asks)
         x = {t: torch.zeros((len(ids), self.dim(t, EMBEDDING))) if t in deferred else
@@ -155,7 +154,7 @@ class FeatureFetcher:
             x = {t: torch.cat([x[t].float().flatten(1), *(got[e][t].float()
                                                          for e in self.extra_inputs)], 1)
                  for t in x}
-        return (x, {n: got[n] for n in also}) if also else x
+        return x
 
     def fetch(self, name: str, nodes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Rows of ``name`` for ``nodes`` (per-type new IDs), in the given order, on CPU; a

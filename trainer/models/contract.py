@@ -17,8 +17,7 @@ def _rows_of(out, batch: Batch, ntype: str, what: str) -> torch.Tensor:
             raise ModelError(f"the model's output has no {what} rows of node type {ntype!r} "
                              f"(its keys: {sorted(out)})")
         out = out[ntype]
-    elif batch.is_hetero and len(batch.x_dict) > 1 and what == "embedding" and \
-            len({t for t, n in batch.batch_size_dict.items() if n}) > 1:
+    elif what == "embedding" and sum(1 for n in batch.batch_size_dict.values() if n) > 1:
         raise ModelError("the model returned one tensor, but link batches of this graph have "
                          "seeds of several node types: return a dict of embeddings per type")
     if not isinstance(out, torch.Tensor):

@@ -264,25 +264,34 @@ def two_hop(level: Level, folder: str, t: int, seed: int, caps_t: tuple[float, .
     """Group the singletons left after round ``t`` by favourite cluster (state ``t`` ->
     ``t + 1``); returns how many joined a group."""
     files = RoundFiles(folder, t)
-    ranges = range(level.num_ranges)
-    tasks = [RoundTask(level, r, files, seed, caps_t) for r in ranges]
-    offsets = runner(favourites, tasks, "multilevel: coarsen two-hop")
-    inbox = [files.scratch(f"p{r:05d}.bin") for r in ranges]
-    grouped = runner(group_by_favourite, [replace(x, inbox=spans_into(inbox, offsets, x.r))
-                                          for x in tasks], "multilevel: coarsen two-hop group")
-    by_node = [files.scratch(f"a{s:05d}.bin") for s in ranges]
-    by_leader = [files.scratch(f"g{s:05d}.bin") for s in ranges]
-    runner(apply_groups, [replace(x, moves=spans_into(by_node, [g[1] for g in grouped], x.r),
-                                  drops=spans_into(by_leader, [g[2] for g in grouped], x.r))
-                          for x in tasks], "multilevel: coarsen two-hop apply")
-    _remove_scratch(folder, t)
+    tasks = [RoundTask(level, r, files, seed, caps_t) for r in range(level.num_ranges)]
+    _, grouped = run_round(tasks, runner, (favourites, "two-hop"),
+                           (group_by_favourite, "two-hop group"), (apply_groups, "two-hop apply"),
+                           "g")
     return sum(g[0] for g in grouped)
 
 
-def _remove_scratch(folder: str, t: int) -> None:
-    for name in os.listdir(folder):
-        if name.startswith(f"t{t:03d}."):
-            os.remove(os.path.join(folder, name))
+def run_round(tasks: list[RoundTask], runner, first, middle, last, second: str):
+    """One round's three passes over ``tasks`` (one per range), each a (function, name):
+    ``first`` writes ``p`` files bucketed by target range and returns their offsets;
+    ``middle`` reads its spans of them and writes ``a`` files (by node range) and ``second``
+    files, returning (count, ``a`` offsets, ``second`` offsets); ``last`` reads its spans of
+    both as ``moves`` and ``drops``. Removes the round's scratch files; returns the first
+    and middle passes' results."""
+    files, ranges = tasks[0].files, range(len(tasks))
+    offsets = runner(first[0], tasks, f"multilevel: coarsen {first[1]}")
+    inbox = [files.scratch(f"p{r:05d}.bin") for r in ranges]
+    out = runner(middle[0], [replace(x, inbox=spans_into(inbox, offsets, x.r)) for x in tasks],
+                 f"multilevel: coarsen {middle[1]}")
+    by_node = [files.scratch(f"a{s:05d}.bin") for s in ranges]
+    by_second = [files.scratch(f"{second}{s:05d}.bin") for s in ranges]
+    runner(last[0], [replace(x, moves=spans_into(by_node, [o[1] for o in out], x.r),
+                             drops=spans_into(by_second, [o[2] for o in out], x.r))
+                     for x in tasks], f"multilevel: coarsen {last[1]}")
+    for name in os.listdir(files.folder):
+        if name.startswith(f"t{files.round:03d}."):
+            os.remove(os.path.join(files.folder, name))
+    return offsets, out
 
 
 @dataclass(frozen=True)
@@ -386,18 +395,10 @@ def cluster(level: Level, seed: int, caps: np.ndarray, runner, max_rounds: int =
     for t in range(max_rounds):
         files = RoundFiles(folder, t)
         tasks = [RoundTask(level, r, files, seed, caps_t, avoid_saturated=avoid) for r in ranges]
-        offsets = runner(propose, tasks, "multilevel: coarsen propose")
+        offsets, accepted = run_round(tasks, runner, (propose, "propose"), (accept, "accept"),
+                                      (apply, "apply"), "d")
         proposed = sum(int(o[-1]) for o in offsets)
-        inbox = [files.scratch(f"p{r:05d}.bin") for r in ranges]
-        accepted = runner(accept, [replace(x, inbox=spans_into(inbox, offsets, x.r))
-                                   for x in tasks], "multilevel: coarsen accept")
         moved = sum(a[0] for a in accepted)
-        by_node = [files.scratch(f"a{s:05d}.bin") for s in ranges]
-        by_old = [files.scratch(f"d{s:05d}.bin") for s in ranges]
-        runner(apply, [replace(x, moves=spans_into(by_node, [a[1] for a in accepted], x.r),
-                               drops=spans_into(by_old, [a[2] for a in accepted], x.r))
-                       for x in tasks], "multilevel: coarsen apply")
-        _remove_scratch(folder, t)
         log.debug("coarsen: %d nodes, round %d: %d of %d proposals accepted%s",
                   level.num_nodes, t, moved, proposed, " (avoiding saturated)" if avoid else "")
         # Most proposals turned away: they queue at full clusters, so later rounds of this

@@ -151,14 +151,16 @@ def metis_parts(task: MetisTask) -> dict:
 
 
 def enforce_balance(parts: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray,
-                    weights: np.ndarray, opts: PartitionOptions) -> np.ndarray:
+                    weights: np.ndarray, opts: PartitionOptions, warn: bool = True
+                    ) -> np.ndarray:
     """A partitioner's ``parts`` (one per node) with every constraint column of ``weights``
-    within ``opts.imbalance`` where moves allow (``rebalance``) and no part empty
-    (:func:`fill_empty_parts`). ``adjncy`` may be memory-mapped. Holds what ``rebalance``
-    holds (a candidates x parts count matrix) besides a copy of ``parts``."""
+    within ``opts.imbalance`` where moves allow (``rebalance``; ``warn``: log a cap left
+    exceeded) and no part empty (:func:`fill_empty_parts`). ``adjncy`` may be memory-mapped.
+    Holds what ``rebalance`` holds (a candidates x parts count matrix) besides a copy of
+    ``parts``."""
     if opts.num_parts == 1:
         return parts
-    parts = rebalance(parts, xadj, adjncy, weights, opts.num_parts, opts.imbalance)
+    parts = rebalance(parts, xadj, adjncy, weights, opts.num_parts, opts.imbalance, warn=warn)
     return fill_empty_parts(parts, xadj, opts.num_parts)
 
 

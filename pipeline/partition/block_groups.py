@@ -18,7 +18,7 @@ import numpy as np
 from .metis_capi import part_graph
 from .rebalance import loads_of
 
-SLICE = 1 << 24              # adjacency entries read at a time
+SLICE = 1 << 22              # adjacency entries read at a time (8 B each per temporary)
 
 
 def quotient_graph(blocks: np.ndarray, num_blocks: int, xadj: np.ndarray, adjncy: np.ndarray

@@ -22,7 +22,7 @@ import numpy as np
 from formats.output import writing
 
 HEADER_BYTES = 24
-SLICE = 1 << 24            # adjacency entries converted and written at a time
+SLICE = 1 << 22            # adjacency entries converted and written at a time
 
 
 def parhip_version(eid_bytes: int, vid_bytes: int, node_weights: bool) -> int:

@@ -26,7 +26,8 @@ and node and edge imbalance (max/mean) are given. ``prep_kaminpar``: ``--method 
 (the same combined weight from the ``--balance`` constraints, one thread, then the rebalance
 pass), measured as metis is, with its figures as ratios to metis's.
 Each measurement uses fresh processes, so peak RSS is that run's own. Metis is skipped (with
-the reason) where ``--method auto`` would not pick it: its estimated peak does not fit.
+the reason) where ``--method auto`` would not pick it: its estimated peak does not fit (and
+``prep_kaminpar`` where its own estimate, ``estimate.kaminpar_peak_bytes``, does not).
 Each measurement runs twice: timed with peak RSS, then again for the sampled peaks (the sampler
 slows the run it watches; its time is given as ``seconds_sampled_run``).
 ``--quick``: 10^5 edges, 2 parts (seconds; for the test suite; coarsening still happens).
@@ -51,6 +52,7 @@ import psutil  # noqa: E402
 
 from pipeline.api import balance_constraints  # noqa: E402
 from pipeline.partition import PartitionOptions, run_partition  # noqa: E402
+from pipeline.estimate import kaminpar_peak_bytes  # noqa: E402
 from pipeline.partition.auto import choose  # noqa: E402
 from pipeline.synth_job import run_synth  # noqa: E402
 
@@ -208,6 +210,9 @@ def main():
         fits = choose(spec.num_edges, psutil.virtual_memory().total // 2)
         metis_fits = fits.method == "metis"
         have_kaminpar = importlib.util.find_spec("kaminpar") is not None
+        # --method kaminpar also holds the whole graph: its own estimate, the same budget
+        kaminpar_peak = kaminpar_peak_bytes(spec.num_edges, spec.num_nodes, 3)
+        kaminpar_fits = fits.budget_bytes is None or kaminpar_peak <= fits.budget_bytes
         for p in (int(x) for x in args.parts.split(",")):
             methods = args.methods.split(",")
             row = result["runs"][str(p)] = {}
@@ -230,14 +235,15 @@ def main():
                     max(10_000, spec.num_edges // 32), args.balance)
                 if "edge_cut" in row.get("metis", {}):
                     forced.update(vs_metis(forced, row["metis"]))
-            if "prep_kaminpar" in methods and have_kaminpar and metis_fits:
+            if "prep_kaminpar" in methods and have_kaminpar and kaminpar_fits:
                 kmp = row["prep_kaminpar"] = run_ours(graph, os.path.join(tmp, f"k{p}"),
                                                       "kaminpar", p, balance=args.balance)
                 if "edge_cut" in row.get("metis", {}):
                     kmp.update(vs_metis(kmp, row["metis"]))
             elif "prep_kaminpar" in methods:
-                row["prep_kaminpar"] = {"skipped": KAMINPAR_MISSING if not have_kaminpar
-                                        else fits.describe()}
+                row["prep_kaminpar"] = {"skipped": KAMINPAR_MISSING if not have_kaminpar else
+                                        f"estimated peak {kaminpar_peak / 1e9:.2f} GB over "
+                                        f"the budget ({fits.describe()})"}
             if "kaminpar" in methods:
                 row["direct_kaminpar"] = (
                     direct_kaminpar(graph, spec.num_nodes, p, os.path.join(tmp, "g.parhip"))

@@ -230,6 +230,7 @@ def test_bench_partition(runs):
     assert max(kmp["imbalance_edges"], kmp["imbalance_train"]) <= 1.03 + 1e-9, kmp
     assert kmp["edge_cut"] < 0.5 * row["random"]["edge_cut"]       # planted communities
     assert positive(kmp["kaminpar_edge_cut"])
+    assert kmp["kaminpar_blocks"] >= 2 and kmp["kaminpar_runs"] >= 1
     for key in ("cut_vs_metis", "time_vs_metis", "peak_rss_vs_metis", "peak_anon_vs_metis"):
         assert positive(kmp[key]), key
     assert peer["threads"] == 2 and positive(peer["peak_rss_mb"])

@@ -154,7 +154,8 @@ def run_ours(graph: str, out: str, method: str, p: int, coarse_edges: int | None
         row.update(levels=s["levels"], coarse_edge_budget=s["coarse_edge_budget"],
                    budget=s["budget"])
     if method == "kaminpar":
-        row.update(kaminpar_edge_cut=s["kaminpar_edge_cut"])
+        row.update({k: s[k] for k in ("kaminpar_edge_cut", "kaminpar_blocks",
+                                      "kaminpar_runs")})
     return row
 
 

@@ -147,8 +147,8 @@ def balance_constraints(balance: str | tuple[str, ...] | None, method: str
     """``--balance`` (comma-separated, or a tuple) as a tuple of known constraint names for
     ``method``; None (not given) stays None: the method's default, resolved against the graph
     by the partition step (``ntypes,edges`` plus ``train`` where there are training nodes for
-    metis, multilevel and auto; none for random). Raises ``FormatError`` naming the option
-    for an unknown name, or any constraint with ``random``."""
+    metis, multilevel, kaminpar and auto; none for random). Raises ``FormatError`` naming the
+    option for an unknown name, or any constraint with ``random``."""
     from .partition.base import BALANCE_KEYS
 
     if balance is None:
@@ -160,8 +160,9 @@ def balance_constraints(balance: str | tuple[str, ...] | None, method: str
         raise FormatError(f"{unknown[0]!r} is not a balance constraint (choose from "
                           f"{', '.join(BALANCE_KEYS)})", field="--balance")
     if balance and method == "random":
-        raise FormatError("balance constraints apply to --method metis and multilevel "
-                          "(random is exactly balanced per node type)", field="--balance")
+        raise FormatError("balance constraints apply to --method metis, multilevel and "
+                          "kaminpar (random is exactly balanced per node type)",
+                          field="--balance")
     return balance
 
 
@@ -172,8 +173,8 @@ def partition(chunked: str, out: str, *, num_parts: int, method: str = "random",
               **cluster) -> AssignmentResult:
     """A partition id per node of every type of ``chunked`` into the assignment folder ``out``
     (see ``prep partition --help`` for the methods and what each holds in memory).
-    ``balance`` None: the method's default (metis, multilevel, auto: node counts per type,
-    edges, and training nodes where there are any; ``("ntypes",)``: node counts only). The
+    ``balance`` None: the method's default (metis, multilevel, kaminpar, auto: node counts per
+    type, edges, and training nodes where there are any; ``("ntypes",)``: node counts only). The
     statistics' ``warnings`` name an edge or train imbalance over 1.5 (also logged)."""
     from .partition import PartitionOptions, run_partition
 

@@ -247,24 +247,28 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
 @click.argument("out", type=click.Path(file_okay=False), required=False, callback=local_path)
 @click.option("-p", "--num-parts", type=click.IntRange(1), default=None,
               help="Number of partitions (required unless --stats).")
-@click.option("--method", type=click.Choice(["random", "metis", "multilevel", "auto"]),
+@click.option("--method",
+              type=click.Choice(["random", "metis", "multilevel", "kaminpar", "auto"]),
               default="random",
               help="random: seeded, exactly balanced per node type, chunk by chunk. metis: "
                    "pymetis on the whole graph in one task (holds its CSR: see docs). "
                    "multilevel: coarsen range by range, METIS on the coarse graph, Jet "
-                   "refinement back up (never holds the graph). auto (use it for big "
+                   "refinement back up (never holds the graph). kaminpar: KaMinPar (pip "
+                   "install kaminpar) on the whole graph in one task like metis, given one "
+                   "weight combining the --balance constraints, then each constraint enforced "
+                   "as after METIS. auto (use it for big "
                    "graphs): metis when its estimated peak (~270 B per edge, plus a little per "
                    "node for each --balance constraint) fits in 60% of the smallest worker "
                    "memory limit, else multilevel; the choice is logged and stored in the "
-                   "statistics. metis, multilevel and auto balance edges and training nodes "
-                   "by default (--balance).")
+                   "statistics. metis, multilevel, kaminpar and auto balance edges and "
+                   "training nodes by default (--balance).")
 @click.option("--coarse-edges", type=click.IntRange(1), default=None, metavar="EDGES",
               help="multilevel: coarsen until at most EDGES edges are left. Default: derived "
                    "from memory (a quarter of what --method metis would need, at most 10^6 so "
                    "the worker peak stays flat, within half the worker memory limit); logged.")
 @click.option("--balance", default=None, metavar="ntypes,train,edges",
-              help="metis/multilevel/auto: what each part gets an even share of, within "
-                   "--imbalance (METIS multi-constraint vertex weights). ntypes: nodes (of "
+              help="metis/multilevel/kaminpar/auto: what each part gets an even share of, "
+                   "within --imbalance (METIS multi-constraint vertex weights). ntypes: nodes (of "
                    "each type); edges: edges (a part keeps every edge with its destination, "
                    "so a node weighs its in-degree); train: train_mask nodes. Default: "
                    "ntypes,edges, plus train where the graph has training nodes, because a "
@@ -275,9 +279,10 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
 @click.option("--objective", type=click.Choice(["cut", "vol"]), default="cut",
               help="METIS objective: edge cut or communication volume.")
 @click.option("--imbalance", type=FiniteFloat(0.001, 1.0), default=0.03,
-              help="METIS: allowed imbalance per constraint (0.03 = parts up to 3% over even).")
+              help="metis, multilevel, kaminpar: allowed imbalance per constraint (0.03 = "
+                   "parts up to 3% over even).")
 @click.option("--seed", type=int, default=0,
-              help="Random seed (random, METIS and multilevel).")
+              help="Random seed (random, METIS, multilevel and KaMinPar).")
 @click.option("--stats", "stats_of", type=click.Path(exists=True, file_okay=False), default=None,
               metavar="ASSIGNMENT",
               callback=local_path,

@@ -33,6 +33,20 @@ METIS_PER_EDGE = METIS_BYTES_PER_EDGE - round(WORKER_IDLE / METIS_CALIBRATION_ED
 # coarse levels (and for "edges" our in-degree array). Measured on one METIS task at 10^6 and
 # 2x10^6 nodes (10^6 edges; ru_maxrss with 1-3 columns): 20-40 B per node per column.
 METIS_PER_NODE_CONSTRAINT = 32
+# --method kaminpar holds the whole graph in one task as well: the CSR build (the same sorted
+# keys as metis's: ~48 B per input edge while they are concatenated and deduplicated), then
+# KaMinPar's own copy of the graph (64-bit IDs in the pip build: 16 B per input edge) and its
+# coarse levels, our offsets and weights beside it (our adjacency is dropped, read back from
+# the ParHIP file memory-mapped). Calibrated on planted synth graphs, 4 parts, node counts
+# balanced (bench_partition.py --methods metis,prep_kaminpar --balance ntypes --parts 4,
+# RESULTS.md): worker peak 324.6 MB at 2x10^6 edges and 709.7 MB at 10^7 (metis: 647.4 and
+# 2,684.2 MB), a line of 50 B per edge above 140 MB over the idle worker (KaMinPar's and TBB's
+# libraries and arenas; at 10^5 edges the peak is ~175 MB, so below 2x10^6 the line is high).
+KAMINPAR_FIXED = 140 * MB
+KAMINPAR_PER_EDGE = 50
+# Each further balance constraint: a column of our int64 [n, ncon] weights, 8 B per node
+# (measured: the default three constraints added 11.5 MB at 10^6 nodes, 6 B per node each).
+KAMINPAR_PER_NODE_CONSTRAINT = 8
 RANDOM_SLICE = 4 << 20          # --method random: node IDs per task
 LEVEL_ENTRY = 90                # multilevel: bytes per stored edge entry of a range task
 COARSE_EDGE = 300               # multilevel: bytes per edge of the coarsest graph's task
@@ -77,6 +91,29 @@ def metis_peak_bytes(edges: int, nodes: int = 0, ncon: int = 1) -> int:
             METIS_PER_NODE_CONSTRAINT * int(nodes) * max(int(ncon) - 1, 0))
 
 
+def kaminpar_peak_bytes(edges: int, nodes: int = 0, ncon: int = 1) -> int:
+    """``--method kaminpar``'s peak per worker, its idle worker included (as
+    :func:`metis_peak_bytes` is for metis): ``KAMINPAR_FIXED`` plus ``KAMINPAR_PER_EDGE`` per
+    input edge, plus ``KAMINPAR_PER_NODE_CONSTRAINT`` per node for each vertex-weight column
+    beyond the first."""
+    return (WORKER_IDLE + KAMINPAR_FIXED + KAMINPAR_PER_EDGE * int(edges) +
+            KAMINPAR_PER_NODE_CONSTRAINT * int(nodes) * max(int(ncon) - 1, 0))
+
+
+def _whole_graph(label: str, name: str, fixed: int, per_edge: int, per_constraint: int,
+                 nodes: int, edges: int, ncon: int, scratch: int, output: int) -> Estimate:
+    """The estimate of a method holding the whole graph in one task (metis, kaminpar):
+    ``fixed`` bytes plus ``per_edge`` per input edge above the idle worker, plus
+    ``per_constraint`` per node for each balance constraint beyond the first."""
+    per_node = per_constraint * (ncon - 1)
+    return Estimate("partition", label,
+                    WORKER_IDLE + fixed + per_edge * edges + per_node * nodes, scratch, output,
+                    f"the whole graph in one task ({name}), "
+                    + (f"{fixed / MB:,.0f} MB + " if fixed else "") + f"{per_edge} B per edge"
+                    + (f" + {per_node} B per node for {ncon} balance constraints"
+                       if per_node else ""))
+
+
 def estimate_partition(graph: ChunkedGraph, method: str, num_parts: int, balance=None,
                        coarse_edges: int | None = None, worker_bytes: int | None = None,
                        range_size: int = 1 << 17) -> Estimate:
@@ -87,6 +124,7 @@ def estimate_partition(graph: ChunkedGraph, method: str, num_parts: int, balance
     from .partition.base import default_balance, num_constraints
     from .partition.multilevel.budget import derive_budget
     from .partition.multilevel.method import MAX_RANGES
+    from .partition.parhip import parhip_bytes
 
     nodes, edges, chunk = _sizes(graph)
     if balance is None:
@@ -101,12 +139,13 @@ def estimate_partition(graph: ChunkedGraph, method: str, num_parts: int, balance
         return Estimate("partition", label, WORKER_BASE + min(nodes, RANDOM_SLICE) * 24, 0,
                         output, f"a slice of up to {RANDOM_SLICE:,} node IDs")
     if method == "metis":
-        per_node = METIS_PER_NODE_CONSTRAINT * (ncon - 1)
-        return Estimate("partition", label,
-                        WORKER_IDLE + METIS_PER_EDGE * edges + per_node * nodes, 0, output,
-                        f"the whole graph in one task, {METIS_PER_EDGE} B per edge"
-                        + (f" + {per_node} B per node for {ncon} balance constraints"
-                           if per_node else ""))
+        return _whole_graph(label, "METIS", 0, METIS_PER_EDGE, METIS_PER_NODE_CONSTRAINT,
+                            nodes, edges, ncon, 0, output)
+    if method == "kaminpar":
+        # scratch: the ParHIP file (at most both directions of every input edge)
+        return _whole_graph(label, "KaMinPar", KAMINPAR_FIXED, KAMINPAR_PER_EDGE,
+                            KAMINPAR_PER_NODE_CONSTRAINT, nodes, edges, ncon,
+                            parhip_bytes(nodes, 2 * edges), output)
     ranges = -(-nodes // max(range_size, -(-nodes // MAX_RANGES)))
     per_range = 2 * edges // max(ranges, 1)
     coarse = derive_budget(edges, worker_bytes, coarse_edges).edges

@@ -279,8 +279,8 @@ def describe_assignment(root: str) -> dict:
     input_fingerprint, format_version, options, manifest, files: [{node_type, file, dtype,
     length, bytes}], stats}``; ``stats`` is None when partition_meta.json has none (DGL's
     files), else ``{num_edges, edge_cut, cut_ratio, imbalance, parts: [{part, nodes {ntype: n},
-    edges, train, val, test, halo {ntype: n}}], metis_edge_cut, csr_bytes, multilevel, auto,
-    warnings}`` (``multilevel``: ``levels``, ``coarse_edge_budget``, ``budget``, the coarsest
+    edges, train, val, test, halo {ntype: n}}], metis_edge_cut, kaminpar_edge_cut, csr_bytes,
+    multilevel, auto, warnings}`` (``multilevel``: ``levels``, ``coarse_edge_budget``, ``budget``, the coarsest
     graph's size and METIS cut; None for other methods; ``warnings``: unbalanced edges or
     training nodes, ``pipeline.workload``). Holds partition_meta.json only.
     """
@@ -339,6 +339,7 @@ def _assignment_stats(meta, meta_path: str) -> dict | None:
     return {"num_edges": stats.get("num_edges"), "edge_cut": stats.get("edge_cut"),
             "cut_ratio": stats.get("cut_ratio"), "imbalance": stats.get("imbalance", {}),
             "parts": parts, "metis_edge_cut": stats.get("metis_edge_cut"),
+            "kaminpar_edge_cut": stats.get("kaminpar_edge_cut"),
             "csr_bytes": stats.get("csr_bytes"), "multilevel": multilevel,
             "auto": stats.get("auto"), "warnings": _work_warnings(meta, stats)}
 
@@ -648,6 +649,8 @@ def _text_assignment(d: dict) -> str:
               + " (max/mean)" if s["imbalance"] else None),
              ("METIS cut", s["metis_edge_cut"]
               if s["metis_edge_cut"] is not None else None)]
+    if s["kaminpar_edge_cut"] is not None:
+        pairs.append(("KaMinPar cut", s["kaminpar_edge_cut"]))
     ml = s["multilevel"]
     if ml:
         pairs.append(("coarse budget", f"{_cell(ml['coarse_edge_budget'])} edges"

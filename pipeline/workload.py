@@ -20,8 +20,8 @@ def work_warnings(stats: dict, method: str | None = None,
                   balance: tuple[str, ...] | None = None) -> list[str]:
     """One message per work measure (edges, training nodes) whose imbalance (max/mean over the
     parts) exceeds ``WARN_IMBALANCE``: the figure, the largest part's share, and the option
-    that fixes it for ``method`` (``metis``, ``multilevel``, ``random``; None: not known, e.g.
-    DGL's assignment) run with ``balance``."""
+    that fixes it for ``method`` (``metis``, ``multilevel``, ``kaminpar``, ``random``; None:
+    not known, e.g. DGL's assignment) run with ``balance``."""
     imbalance = stats.get("imbalance") or {}
     over = [(key, stats[field], what) for key, field, what in WORK
             if (imbalance.get(key) or 0) > WARN_IMBALANCE and sum(stats.get(field) or [])]
@@ -38,7 +38,7 @@ def work_warnings(stats: dict, method: str | None = None,
 def _remedy(key: str, over: list[str], method: str | None,
             balance: tuple[str, ...] | None) -> str:
     """What fixes ``key``'s imbalance (``over``: every key over the threshold)."""
-    if method in ("metis", "multilevel") and balance is not None:
+    if method in ("metis", "multilevel", "kaminpar") and balance is not None:
         if key in balance and key == "edges":
             return ("--balance edges could not be met: a node is never split, and a hub "
                     "whose in-edges exceed a part's share stays whole; use fewer parts")

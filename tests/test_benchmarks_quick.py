@@ -51,6 +51,7 @@ RUNS = {
     "chunk": ["--out", "{work}/w"],
     "load_checks": ["--workdir", "{work}/w"],
     "dgl_input": ["--out", "{work}/w"],
+    "dgl_partition": ["--workdir", "{work}/w"],
     "read_checks": ["--workdir", "{work}/w"],
     "synth_rmat": [],
     "model_parity": ["--workdir", "{work}/w"],
@@ -199,8 +200,9 @@ def test_bench_partition(runs):
     assert set(r["runs"]) == {"2"}
     row = r["runs"]["2"]
     assert set(row) == {"random", "metis", "multilevel", "multilevel_forced", "direct_pymetis",
-                        "metis_overhead_time", "metis_overhead_peak_rss"}
-    for method in ("random", "metis", "multilevel", "multilevel_forced"):
+                        "metis_overhead_time", "metis_overhead_peak_rss", "prep_kaminpar",
+                        "direct_kaminpar"}
+    for method in ("random", "metis", "multilevel", "multilevel_forced", "prep_kaminpar"):
         run = row[method]
         assert seconds(run["seconds"]), method
         assert rss_per_worker(run["worker_peak_rss_mb"]), method
@@ -222,6 +224,24 @@ def test_bench_partition(runs):
     assert positive(row["direct_pymetis"]["metis_edge_cut"])
     assert positive(row["direct_pymetis"]["peak_rss_mb"])
     assert positive(row["metis_overhead_time"]) and positive(row["metis_overhead_peak_rss"])
+    # KaMinPar (the test extra installs it): --method kaminpar rebalanced within --imbalance,
+    # and the one-process peer on one combined weight, its cut counted over the input edges
+    kmp, peer = row["prep_kaminpar"], row["direct_kaminpar"]
+    assert max(kmp["imbalance_edges"], kmp["imbalance_train"]) <= 1.03 + 1e-9, kmp
+    assert kmp["edge_cut"] < 0.5 * row["random"]["edge_cut"]       # planted communities
+    assert positive(kmp["kaminpar_edge_cut"])
+    assert kmp["kaminpar_blocks"] >= 2 and kmp["kaminpar_runs"] >= 1
+    for key in ("cut_vs_metis", "time_vs_metis", "peak_rss_vs_metis", "peak_anon_vs_metis"):
+        assert positive(kmp[key]), key
+    assert peer["threads"] == 2 and positive(peer["peak_rss_mb"])
+    for key in ("seconds", "seconds_without_csr_build", "seconds_csr_build",
+                "seconds_parhip_write", "seconds_kaminpar"):
+        assert seconds(peer[key]), key
+    assert peer["seconds_without_csr_build"] <= peer["seconds"]
+    assert fraction(peer["cut_ratio"]) and peer["edge_cut"] == round(peer["cut_ratio"] * edges)
+    assert peer["edge_cut"] < 0.5 * row["random"]["edge_cut"]
+    assert positive(peer["kaminpar_edge_cut"])
+    assert 1 <= peer["imbalance_nodes"] < 1.5 and 1 <= peer["imbalance_edges"] < 1.5, peer
 
 
 def test_bench_partition_families(runs):
@@ -465,6 +485,34 @@ def test_bench_dgl_input(runs):
     assert ours["warnings"] == []
     for key in ("time_ratio", "time_ratio_with_cluster_start", "peak_rss_ratio"):
         assert positive(r[key]), key
+
+
+def test_bench_dgl_partition(runs):
+    r = runs.json("dgl_partition")
+    assert r["graph"] == {"generator": "rmat", "scale": 13, "nodes": 2**13, "edges": 16 * 2**13,
+                          "feat_dim": 8}
+    assert r["parts"] == 4 and set(r["graphprep"]) == {"auto", "kaminpar", "metis"}
+    dgl = r["dgl"]
+    if importlib.util.find_spec("dgl") is not None:     # the test extra installs it
+        assert "seconds" in dgl, dgl
+    if "seconds" in dgl:
+        for key in ("seconds", "seconds_read_and_build", "seconds_partition_graph"):
+            assert seconds(dgl[key]), key
+        assert positive(dgl["peak_rss_mb"]) and fraction(dgl["cut_ratio"])
+        assert sum(dgl["nodes_per_part"]) == 2**13 and len(dgl["nodes_per_part"]) == 4
+        assert dgl["imbalance_nodes"] >= 1 and dgl["imbalance_edges"] >= 1
+    else:
+        assert dgl["error"]
+    for method, run in r["graphprep"].items():
+        assert seconds(run["partition_seconds"]) and seconds(run["dispatch_seconds"]), method
+        assert run["seconds"] == pytest.approx(run["partition_seconds"] +
+                                               run["dispatch_seconds"], abs=0.02)
+        assert rss_per_worker(run["partition_worker_peak_rss_mb"])
+        assert rss_per_worker(run["dispatch_worker_peak_rss_mb"])
+        assert fraction(run["cut_ratio"]) and 1 <= run["imbalance_nodes"] <= 1.03 + 1e-9
+        if "seconds" in dgl:
+            assert positive(run["time_vs_dgl"]) and positive(run["peak_rss_vs_dgl"])
+    assert r["graphprep"]["auto"]["auto_chose"] == "metis"       # 131,072 edges fit
 
 
 def test_quick_demo(runs):

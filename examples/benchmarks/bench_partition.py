@@ -14,8 +14,20 @@ single-process pymetis call on the same graph in the same run (the baseline read
 Parquet chunks, builds the same symmetric CSR with numpy and calls ``pymetis.part_graph``,
 which balances node counts only: compare it with ``--balance ntypes``). metis and multilevel
 run with the CLI's default ``--balance`` unless ``--balance`` says otherwise.
+
+KaMinPar (issue 32; ``pip install kaminpar``, the bench extra) in the same run, twice:
+``kaminpar``, the peer: a fresh single process reads the same Parquet chunks, builds the same
+symmetric deduplicated CSR as the pymetis baseline, gives KaMinPar (default context, 2 threads,
+seed 0, 3% imbalance) ONE combined vertex weight, node count + in-degree (each over its total,
+summed: ``kaminpar_method.combined_weight``; the in-degree counts every input edge row, as the
+statistics' edges per part do), with no rebalance; its seconds with and without the CSR build,
+peak RSS, edge cut (input edge rows cut, as the statistics count it: ``metis_method.edge_cut``)
+and node and edge imbalance (max/mean) are given. ``prep_kaminpar``: ``--method kaminpar``
+(the same combined weight from the ``--balance`` constraints, one thread, then the rebalance
+pass), measured as metis is, with its figures as ratios to metis's.
 Each measurement uses fresh processes, so peak RSS is that run's own. Metis is skipped (with
-the reason) where ``--method auto`` would not pick it: its estimated peak does not fit.
+the reason) where ``--method auto`` would not pick it: its estimated peak does not fit (and
+``prep_kaminpar`` where its own estimate, ``estimate.kaminpar_peak_bytes``, does not).
 Each measurement runs twice: timed with peak RSS, then again for the sampled peaks (the sampler
 slows the run it watches; its time is given as ``seconds_sampled_run``).
 ``--quick``: 10^5 edges, 2 parts (seconds; for the test suite; coarsening still happens).
@@ -24,6 +36,7 @@ slows the run it watches; its time is given as ``seconds_sampled_run``).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -39,17 +52,22 @@ import psutil  # noqa: E402
 
 from pipeline.api import balance_constraints  # noqa: E402
 from pipeline.partition import PartitionOptions, run_partition  # noqa: E402
+from pipeline.estimate import kaminpar_peak_bytes  # noqa: E402
 from pipeline.partition.auto import choose  # noqa: E402
 from pipeline.synth_job import run_synth  # noqa: E402
 
-DIRECT = """
-import glob, time, numpy as np, pyarrow.parquet as pq, pymetis
+# The baselines' shared start: the input edge rows of every Parquet chunk into one process.
+READ = """
+import glob, time, numpy as np, pyarrow.parquet as pq
 t = time.perf_counter()
 files = sorted(glob.glob({graph!r} + "/edges/*/*.parquet"))
 tables = [pq.read_table(f) for f in files]
 src = np.concatenate([t_.column("src").to_numpy() for t_ in tables])
 dst = np.concatenate([t_.column("dst").to_numpy() for t_ in tables])
 n = {n}
+"""
+# ... then the symmetric deduplicated CSR without self-loops (xadj, col), as METIS takes it.
+CSR = """
 keep = src != dst
 keys = np.concatenate([src[keep] * n + dst[keep], dst[keep] * n + src[keep]])
 keys.sort()  # sort + mask: numpy 2.4's np.unique is ~100x slower (see pipeline/arrayops.py)
@@ -59,11 +77,50 @@ row, col = keys // n, keys % n
 xadj = np.zeros(n + 1, dtype=np.int64)
 np.cumsum(np.bincount(row, minlength=n), out=xadj[1:])
 del keys, row
+"""
+DIRECT = READ + CSR + """
+import pymetis
 cut, parts = pymetis.part_graph({p}, adjacency=pymetis.CSRAdjacency(xadj, col),
                                 options=pymetis.Options(seed=0, ufactor=30))
 parts = np.asarray(parts)
 RESULT = {{"seconds": time.perf_counter() - t, "metis_edge_cut": cut}}
 """
+# The KaMinPar peer: one combined weight (node count + in-degree, each over its total), the CSR
+# written as the ParHIP file KaMinPar's bindings read, 2 threads, seed 0, no rebalance.
+KAMINPAR = READ + """
+in_degree = np.bincount(dst, minlength=n)     # every input edge row, as the statistics count
+""" + CSR + """
+import kaminpar
+from formats import load_chunked_graph
+from pipeline.partition.kaminpar_method import combined_weight
+from pipeline.partition.metis_method import edge_cut
+from pipeline.partition.parhip import write_parhip
+csr_s = time.perf_counter() - t
+weight = combined_weight(np.stack([np.ones(n, dtype=np.int64), in_degree], axis=1))
+write_parhip({scratch!r}, xadj, col, weight, 8 if kaminpar.__64bit__ else 4)
+del col, weight
+write_s = time.perf_counter() - t - csr_s
+t1 = time.perf_counter()
+kaminpar.reseed(0)
+graph = kaminpar.load_graph({scratch!r}, kaminpar.GraphFileFormat.PARHIP)
+solver = kaminpar.KaMinPar(2, kaminpar.default_context())
+parts = np.asarray(solver.compute_partition(graph, {p}, 0.03), dtype=np.int64)
+partition_s = time.perf_counter() - t1
+seconds = time.perf_counter() - t
+kaminpar_cut = kaminpar.edge_cut(graph, parts.tolist())
+del graph, solver
+nodes = np.bincount(parts, minlength={p})
+edges = np.bincount(parts, weights=in_degree, minlength={p})
+cut = edge_cut(load_chunked_graph({graph!r}), parts)
+RESULT = {{"seconds": seconds, "seconds_without_csr_build": seconds - csr_s,
+          "seconds_csr_build": csr_s, "seconds_parhip_write": write_s,
+          "seconds_kaminpar": partition_s, "threads": 2, "edge_cut": cut,
+          "cut_ratio": round(cut / int(in_degree.sum()), 6), "kaminpar_edge_cut": kaminpar_cut,
+          "imbalance_nodes": round(float(nodes.max() / nodes.mean()), 4),
+          "imbalance_edges": round(float(edges.max() / edges.mean()), 4)}}
+"""
+KAMINPAR_MISSING = ("kaminpar is not installed: pip install -c constraints.txt '.[bench]' "
+                    "(from the project root)")
 
 
 def run_ours(graph: str, out: str, method: str, p: int, coarse_edges: int | None = None,
@@ -96,11 +153,25 @@ def run_ours(graph: str, out: str, method: str, p: int, coarse_edges: int | None
     if method == "multilevel":
         row.update(levels=s["levels"], coarse_edge_budget=s["coarse_edge_budget"],
                    budget=s["budget"])
+    if method == "kaminpar":
+        row.update({k: s[k] for k in ("kaminpar_edge_cut", "kaminpar_blocks",
+                                      "kaminpar_runs")})
     return row
 
 
+def direct_kaminpar(graph: str, n: int, p: int, scratch: str) -> dict:
+    """The KaMinPar peer (``KAMINPAR``) in a fresh process; its ParHIP file removed after."""
+    try:
+        out = run_baseline(KAMINPAR.format(graph=graph, n=n, p=p, scratch=scratch))
+    finally:
+        if os.path.exists(scratch):
+            os.remove(scratch)
+    return {k: round(v, 2) if isinstance(v, float) and not k.startswith(("cut", "imb")) else v
+            for k, v in out.items()}
+
+
 def vs_metis(ml: dict, metis: dict) -> dict:
-    """Multilevel's figures as ratios to metis's in the same run."""
+    """Multilevel's (or --method kaminpar's) figures as ratios to metis's in the same run."""
     def peak(row, key):
         return max(row[key])
     return {"cut_vs_metis": round(ml["edge_cut"] / metis["edge_cut"], 4),
@@ -120,8 +191,11 @@ def main():
                          "node counts only, as runs before issue 30)")
     ap.add_argument("--coarse-edges", type=int, default=None,
                     help="multilevel budget (default: derived from memory)")
-    ap.add_argument("--methods", default="random,metis,multilevel,forced,direct",
-                    help="forced: multilevel with --coarse-edges max(10^4, edges/32)")
+    ap.add_argument("--methods",
+                    default="random,metis,multilevel,forced,direct,kaminpar,prep_kaminpar",
+                    help="forced: multilevel with --coarse-edges max(10^4, edges/32); direct: "
+                         "pymetis in one process; kaminpar: KaMinPar in one process (one "
+                         "combined weight, 2 threads); prep_kaminpar: --method kaminpar")
     add_graph_options(ap)
     # --quick: 10^5 edges, above the budget's 10^4 floor, so that multilevel coarsens.
     args = parse_args(ap, {"edges": 10**5, "parts": "2"})
@@ -136,6 +210,10 @@ def main():
         # The embedded cluster's default worker limit: the machine's memory over 2 workers.
         fits = choose(spec.num_edges, psutil.virtual_memory().total // 2)
         metis_fits = fits.method == "metis"
+        have_kaminpar = importlib.util.find_spec("kaminpar") is not None
+        # --method kaminpar also holds the whole graph: its own estimate, the same budget
+        kaminpar_peak = kaminpar_peak_bytes(spec.num_edges, spec.num_nodes, 3)
+        kaminpar_fits = fits.budget_bytes is None or kaminpar_peak <= fits.budget_bytes
         for p in (int(x) for x in args.parts.split(",")):
             methods = args.methods.split(",")
             row = result["runs"][str(p)] = {}
@@ -158,6 +236,19 @@ def main():
                     max(10_000, spec.num_edges // 32), args.balance)
                 if "edge_cut" in row.get("metis", {}):
                     forced.update(vs_metis(forced, row["metis"]))
+            if "prep_kaminpar" in methods and have_kaminpar and kaminpar_fits:
+                kmp = row["prep_kaminpar"] = run_ours(graph, os.path.join(tmp, f"k{p}"),
+                                                      "kaminpar", p, balance=args.balance)
+                if "edge_cut" in row.get("metis", {}):
+                    kmp.update(vs_metis(kmp, row["metis"]))
+            elif "prep_kaminpar" in methods:
+                row["prep_kaminpar"] = {"skipped": KAMINPAR_MISSING if not have_kaminpar else
+                                        f"estimated peak {kaminpar_peak / 1e9:.2f} GB over "
+                                        f"the budget ({fits.describe()})"}
+            if "kaminpar" in methods:
+                row["direct_kaminpar"] = (
+                    direct_kaminpar(graph, spec.num_nodes, p, os.path.join(tmp, "g.parhip"))
+                    if have_kaminpar else {"skipped": KAMINPAR_MISSING})
             if "direct" in methods:
                 direct = run_baseline(DIRECT.format(graph=graph, n=spec.num_nodes, p=p))
                 row["direct_pymetis"] = {k: round(v, 2) if isinstance(v, float) else v

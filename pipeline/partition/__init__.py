@@ -20,6 +20,7 @@ from formats.guard import OutputLock, guarded_output
 from ..step import up_to_date
 from .auto import choose_for
 from .base import PartitionOptions, default_balance
+from .kaminpar_method import KaminparPartitioner
 from .metis_method import MetisPartitioner
 from .multilevel import MultilevelPartitioner
 from .random_method import RandomPartitioner
@@ -29,7 +30,7 @@ from .stats import format_table, partition_stats
 log = logging.getLogger(__name__)
 
 PARTITIONERS = {"random": RandomPartitioner, "metis": MetisPartitioner,
-                "multilevel": MultilevelPartitioner}
+                "multilevel": MultilevelPartitioner, "kaminpar": KaminparPartitioner}
 
 
 def run_partition(chunked: str, out: str, method: str, options: PartitionOptions,
@@ -65,7 +66,8 @@ def _partition_into(output: AtomicOutput, graph, fp: str, manifest: dict, method
         meta = AssignmentMeta(options.num_parts, algo, graph.graph_name, options.seed, fp,
                               graph.node_types, manifest["options"])
         if dgl_compat and algo not in DGL_ALGO_NAMES:
-            # DGL's dispatch refuses other names; multilevel is a METIS-style partition
+            # DGL's dispatch refuses other names; multilevel and kaminpar are METIS-style
+            # partitions
             meta = dataclasses.replace(meta, algo_name="metis", method=algo)
         write_meta(tmp, meta)
         assignment = load_assignment(tmp, graph)          # checks lengths and ranges

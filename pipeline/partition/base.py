@@ -13,10 +13,10 @@ from formats.schema import METADATA
 from ..convert.sources import open_field
 
 BALANCE_KEYS = ("ntypes", "train", "edges")
-# The default --balance of metis, multilevel and auto: a part's work in sampling and training is
-# its edges (each edge is kept with its destination's owner, so a node weighs its in-degree)
-# and its training seeds, not its node count. "train" only where some node type has a
-# train_mask with a true row (as DGL recommends for training). random takes no constraints.
+# The default --balance of metis, multilevel, kaminpar and auto: a part's work in sampling and
+# training is its edges (each edge is kept with its destination's owner, so a node weighs its
+# in-degree) and its training seeds, not its node count. "train" only where some node type has
+# a train_mask with a true row (as DGL recommends for training). random takes no constraints.
 WORK_BALANCE = ("ntypes", "train", "edges")
 
 

@@ -144,14 +144,32 @@ def metis_parts(task: MetisTask) -> dict:
     cut, parts = part_graph(opts.num_parts, xadj, adjncy, weights, seed=opts.seed,
                             objective=OBJECTIVES[opts.objective],
                             ufactor=max(1, int(round(opts.imbalance * 1000))))
-    if opts.num_parts > 1:
-        parts = rebalance(parts, xadj, adjncy, weights, opts.num_parts, opts.imbalance)
-        parts = fill_empty_parts(parts, xadj, opts.num_parts)
-    for t, off in type_offsets(graph).items():
-        save_npy(os.path.join(task.out, f"{t}.npy"),
-                parts[off:off + graph.num_nodes[t]].astype(np.int32))
+    parts = enforce_balance(parts, xadj, adjncy, weights, opts)
+    save_parts(graph, parts, task.out)
     return {"metis_edge_cut": int(cut), "csr_bytes": int(xadj.nbytes + adjncy.nbytes +
                                                            weights.nbytes)}
+
+
+def enforce_balance(parts: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray,
+                    weights: np.ndarray, opts: PartitionOptions, warn: bool = True
+                    ) -> np.ndarray:
+    """A partitioner's ``parts`` (one per node) with every constraint column of ``weights``
+    within ``opts.imbalance`` where moves allow (``rebalance``; ``warn``: log a cap left
+    exceeded) and no part empty (:func:`fill_empty_parts`). ``adjncy`` may be memory-mapped.
+    Holds what ``rebalance`` holds (a candidates x parts count matrix) besides a copy of
+    ``parts``."""
+    if opts.num_parts == 1:
+        return parts
+    parts = rebalance(parts, xadj, adjncy, weights, opts.num_parts, opts.imbalance, warn=warn)
+    return fill_empty_parts(parts, xadj, opts.num_parts)
+
+
+def save_parts(graph: ChunkedGraph, parts: np.ndarray, out: str) -> None:
+    """Write ``out/<ntype>.npy`` (int32) from ``parts``, one part per node in the one ID space
+    of all types (:func:`type_offsets`); holds one type's slice as int32 at a time."""
+    for t, off in type_offsets(graph).items():
+        save_npy(os.path.join(out, f"{t}.npy"),
+                 parts[off:off + graph.num_nodes[t]].astype(np.int32))
 
 
 def fill_empty_parts(parts: np.ndarray, xadj: np.ndarray, num_parts: int) -> np.ndarray:
@@ -179,10 +197,17 @@ class MetisPartitioner:
     name = "metis"
 
     def assign(self, graph: ChunkedGraph, options: PartitionOptions, runner, out: str) -> str:
-        require_a_node_per_part(graph, options.num_parts)  # METIS would exit 0 regardless
-        if "train" in options.balance:   # fail fast, before the graph is assembled
-            has = any("train_mask" in graph.node_data.get(t, {}) for t in graph.node_types)
-            if not has:
-                train_column(graph, 0)
+        check_whole_graph_options(graph, options)
         (self.info,) = runner(metis_parts, [MetisTask(graph, options, out)], "metis")
         return self.name
+
+
+def check_whole_graph_options(graph: ChunkedGraph, options: PartitionOptions) -> None:
+    """FormatError (exit 2) on the client, before a whole-graph task assembles the graph: fewer
+    nodes than parts (METIS would exit 0 regardless), or ``--balance train`` on a graph without
+    a train_mask field. Reads metadata only."""
+    require_a_node_per_part(graph, options.num_parts)
+    if "train" in options.balance:
+        has = any("train_mask" in graph.node_data.get(t, {}) for t in graph.node_types)
+        if not has:
+            train_column(graph, 0)

@@ -38,9 +38,11 @@ def _neighbour_part_counts(cand, parts, xadj, adjncy, num_parts, adjwgt=None):
 
 def rebalance(parts: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray,
               num_parts: int, imbalance: float, max_rounds: int = 100,
-              adjwgt: np.ndarray | None = None) -> np.ndarray:
+              adjwgt: np.ndarray | None = None, warn: bool = True) -> np.ndarray:
     """Return ``parts`` with every constraint within its cap where moves allow it. Gains
-    count neighbours, or sum ``adjwgt`` (one weight per ``adjncy`` entry) when given."""
+    count neighbours, or sum ``adjwgt`` (one weight per ``adjncy`` entry) when given.
+    ``warn``: log a warning when a cap stays exceeded (False for a caller that tries other
+    starting points and warns about the one it keeps)."""
     parts = parts.copy()
     caps = weights.sum(axis=0) / num_parts * (1 + imbalance)
     for _ in range(max_rounds):
@@ -79,7 +81,8 @@ def rebalance(parts: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, weights: 
                       adjwgt) or
                 _paired_swap(parts, p, c, excess, loads, caps, weights, xadj, adjncy,
                              num_parts, adjwgt)):
-            log.warning("rebalance: part %d stays over the cap of constraint %d", p, c)
+            if warn:
+                log.warning("rebalance: part %d stays over the cap of constraint %d", p, c)
             break
     return parts
 

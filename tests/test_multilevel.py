@@ -286,13 +286,20 @@ def test_cli_multilevel_with_stats(homo, tmp_path, prep):
                                                    "partition_meta.json"]
 
 
-def test_auto_picks_metis_when_it_fits_else_multilevel(homo, tmp_path, prep, monkeypatch):
+def test_auto_picks_metis_when_it_fits_else_kaminpar_else_multilevel(homo, tmp_path, prep,
+                                                                     monkeypatch):
     from pipeline.partition import auto
 
-    # The rule at its boundary: metis's estimate against 60% of the worker limit.
+    # The rule at its boundaries: metis's, then kaminpar's estimate against 60% of the
+    # worker limit; multilevel where neither fits or kaminpar is not installed.
     limit = int(auto.METIS_BYTES_PER_EDGE * 10**7 / auto.SHARE) + 1
     assert auto.choose(10**7, limit).method == "metis"
-    assert auto.choose(10**7 + 10, limit).method == "multilevel"
+    assert auto.choose(10**7 + 10, limit).method == "kaminpar"
+    assert auto.choose(10**7 + 10, limit, kaminpar=False).method == "multilevel"
+    edges = 10**7
+    while auto.kaminpar_peak_bytes(edges) <= limit * auto.SHARE:
+        edges *= 2
+    assert auto.choose(edges, limit).method == "multilevel"
     prep("partition", homo, tmp_path / "m", "-p", 2, "--method", "auto")
     meta = json.loads((tmp_path / "m" / "partition_meta.json").read_text())
     assert meta["algo_name"] == "metis" and meta["stats"]["auto"]["chosen"] == "metis"

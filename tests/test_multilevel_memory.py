@@ -133,8 +133,8 @@ class Counted:
 
 @pytest.mark.parametrize("refinement", ["jet", "lp"])
 def test_same_parts_for_any_block_size(homo, tmp_path, monkeypatch, refinement):
-    """The same seed gives the same parts with blocks of 5000 entries (a dozen or more per range, in
-    every pass that reads or writes a CSR) as with one block per range."""
+    """The same seed gives the same parts with blocks of 5000 entries (a dozen or more per
+    range, in every pass that reads or writes a CSR) as with one block per range."""
     g = load_chunked_graph(str(homo))
     opts = PartitionOptions(4, 7, ("train", "edges"), "cut", 0.03, 10_000)
 

@@ -64,14 +64,15 @@ class Level:
         """Range ``r``'s CSR as blocks of consecutive rows (``RangeCSR`` with the block's own
         ``start``/``stop``), of at most ``max_entries`` (default ``BLOCK_ENTRIES``) entries +
         rows each; a row with more entries is a block of its own; at least one block, empty
-        for a range without rows. A block reads only its slices of the memory-mapped adj and
-        weight files. Holds the range's indptr (8 B per node) and one block (~12 B per entry:
-        adj as stored, weights as int64)."""
+        for a range without rows. A block reads only its slices of the adj and weight files,
+        with one ``pread``-like call each (not memory-mapped: mapped pages would stay in the
+        worker's RSS until the range is done). Holds the range's indptr (8 B per node) and one
+        block (~12 B per entry: adj as stored, weights as int64)."""
         start, _ = self.bounds(r)
         indptr = np.load(self.csr_path(r, "indptr"))
-        adj = np.load(self.csr_path(r, "adj"), mmap_mode="r")
-        wgt_path = self.csr_path(r, "wgt")
-        wgt = np.load(wgt_path, mmap_mode="r") if os.path.exists(wgt_path) else None
+        adj_path, wgt_path = self.csr_path(r, "adj"), self.csr_path(r, "wgt")
+        adj = _npy_data(adj_path)
+        wgt = _npy_data(wgt_path) if os.path.exists(wgt_path) else None
         cost = np.arange(len(indptr))
         cost += indptr
         cuts = cut_points(cost, max_entries or BLOCK_ENTRIES)
@@ -79,9 +80,10 @@ class Level:
         for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
             lo, hi = int(indptr[a]), int(indptr[b])
             # built in the yield: this frame keeps no reference to the block's arrays
-            yield RangeCSR(start + a, start + b, indptr[a:b + 1] - lo, np.array(adj[lo:hi]),
+            yield RangeCSR(start + a, start + b, indptr[a:b + 1] - lo,
+                           _read_slice(adj_path, adj, lo, hi),
                            np.ones(hi - lo, dtype=np.int64) if wgt is None else
-                           np.array(wgt[lo:hi], dtype=np.int64))
+                           _read_slice(wgt_path, wgt, lo, hi).astype(np.int64))
 
     def vwgt(self, mode: str = "r") -> np.ndarray:
         return np.load(self.path("vwgt.npy"), mmap_mode=mode)
@@ -203,6 +205,22 @@ class CSRWriter:
                     dtype).tofile(out)
         self.wgt.close()
         os.remove(path + ".part")
+
+
+def _npy_data(path: str) -> tuple[np.dtype, int]:
+    """The dtype of a 1-D ``.npy`` file and the byte offset of its data."""
+    fmt = np.lib.format
+    with open(path, "rb") as f:
+        major, _ = fmt.read_magic(f)
+        read = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
+        _, _, dtype = read(f)
+        return dtype, f.tell()
+
+
+def _read_slice(path: str, data: tuple[np.dtype, int], lo: int, hi: int) -> np.ndarray:
+    """Items ``lo:hi`` of the 1-D ``.npy`` at ``path`` (``data``: ``_npy_data``'s)."""
+    dtype, offset = data
+    return np.fromfile(path, dtype=dtype, count=hi - lo, offset=offset + lo * dtype.itemsize)
 
 
 def _npy_header(dtype: np.dtype, length: int) -> bytes:

@@ -66,17 +66,37 @@ def spans_into(paths: list[str], offsets: list[np.ndarray], s: int,
 
 
 def read_spans(spans: tuple[Span, ...], cols: int = 1, dtype=np.int64) -> np.ndarray:
-    """The rows of ``spans`` (tables of ``cols`` columns), concatenated as ``dtype``. Holds
-    the result and one span as read."""
+    """The rows of ``spans`` (tables of ``cols`` columns), concatenated as ``dtype``. Each
+    file is opened once, however many of its tables are read, and a span of ``dtype`` is
+    read straight into the result. Holds the result and one span of another dtype."""
     out = np.empty((sum(s.stop - s.start for s in spans), cols), dtype=dtype)
-    pos = 0
-    for s in spans:
-        itemsize = np.dtype(s.dtype).itemsize
-        out[pos:pos + s.stop - s.start] = np.fromfile(
-            s.path, dtype=s.dtype, count=(s.stop - s.start) * cols,
-            offset=s.base + s.start * cols * itemsize).reshape(-1, cols)
-        pos += s.stop - s.start
+    files = {}
+    try:
+        pos = 0
+        for s in spans:
+            f = files.get(s.path) or files.setdefault(s.path, open(s.path, "rb", buffering=0))
+            rows, src = s.stop - s.start, np.dtype(s.dtype)
+            into = out[pos:pos + rows] if src == out.dtype else np.empty((rows, cols), src)
+            _read_into(f, into, s.base + s.start * cols * src.itemsize)
+            if into.base is not out:
+                out[pos:pos + rows] = into
+            pos += rows
+    finally:
+        for f in files.values():
+            f.close()
     return out
+
+
+def _read_into(f, array: np.ndarray, offset: int) -> None:
+    """Fill the contiguous ``array`` with the bytes of the raw file ``f`` from ``offset``."""
+    view = memoryview(array).cast("B")
+    f.seek(offset)
+    done = 0
+    while done < len(view):
+        got = f.readinto(view[done:])
+        if not got:
+            raise EOFError(f"{f.name}: {len(view) - done} bytes missing at {offset + done}")
+        done += got
 
 
 def span_rows(spans: tuple[Span, ...], max_rows: int) -> Iterator[tuple[Span, ...]]:
@@ -99,12 +119,16 @@ def span_rows(spans: tuple[Span, ...], max_rows: int) -> Iterator[tuple[Span, ..
 def key_rows(spans: tuple[Span, ...], keys: np.ndarray) -> np.ndarray:
     """``[len(spans), len(keys)]``: per span (a table of one key column, sorted), the row
     where its keys reach each of the sorted ``keys``. Binary searches in the memory-mapped
-    file: a few pages per key read."""
+    file (one map per file): a few pages per key read."""
     out = np.empty((len(spans), len(keys)), dtype=np.int64)
+    maps = {}
     for i, s in enumerate(spans):
+        raw = maps.get(s.path)
+        if raw is None:
+            raw = maps[s.path] = np.memmap(s.path, dtype=np.uint8, mode="r")
         itemsize = np.dtype(s.dtype).itemsize
-        table = np.memmap(s.path, dtype=s.dtype, mode="r", shape=(s.stop - s.start,),
-                          offset=s.base + s.start * itemsize)
+        first = s.base + s.start * itemsize
+        table = raw[first:first + (s.stop - s.start) * itemsize].view(s.dtype)
         out[i] = s.start + np.searchsorted(table, keys)
     return out
 

@@ -82,7 +82,8 @@ def jet_propose(args: tuple[PartsTask, JetFiles, float]) -> JetProposals:
 
 def _propose_block(task: PartsTask, files: JetFiles, loss: float, c: Connections):
     """``jet_propose`` of one block: writes its rows of the target and priority arrays;
-    returns its (cut2, departing, histogram)."""
+    returns its (cut2, departing, histogram). Holds a few arrays per (node, part) pair of
+    the block."""
     own, vw, row, q, conn = c.own, c.vw, c.row, c.q, c.conn
     other = q != own[row]
     cut2 = int(conn[other].sum())
@@ -176,7 +177,8 @@ def jet_apply(args: tuple[PartsTask, JetFiles]) -> tuple[np.ndarray, int]:
 
 
 def _apply_block(task: PartsTask, files: JetFiles, csr: RangeCSR) -> tuple[np.ndarray, int]:
-    """``jet_apply`` of the rows of ``csr``: writes their next parts; (loads, moves)."""
+    """``jet_apply`` of the rows of ``csr``: writes their next parts; (loads, moves). Holds
+    a few arrays per entry of the block's movers."""
     start, stop = csr.start, csr.stop
     own = read_parts(task.parts, slice(start, stop))
     vw = np.asarray(task.level.vwgt()[start:stop])

@@ -115,6 +115,8 @@ def connections(task: PartsTask, select=None) -> Iterator[Connections]:
 
 
 def _connections(task: PartsTask, csr, select) -> Connections:
+    """``connections`` of one CSR block: a few arrays per entry of it while it runs, per
+    (node, part) pair when it returns."""
     lv = task.level
     own = read_parts(task.parts, slice(csr.start, csr.stop))
     vw = np.asarray(lv.vwgt()[csr.start:csr.stop])
@@ -243,7 +245,8 @@ def _balance_moves(task: PartsTask) -> Iterator[tuple[Connections, np.ndarray, n
 
 
 def _balance_block(task: PartsTask, c: Connections, candidates: np.ndarray, room, caps):
-    """``_balance_moves`` of one block: (its candidate rows that have a move, their keys)."""
+    """``_balance_moves`` of one block: (its candidate rows that have a move, their keys).
+    Holds a few arrays per candidate and a ``[candidates, P]`` table."""
     own, vw, row, k = c.own, c.vw, c.row, task.num_parts
     cand = np.flatnonzero(candidates)
     if len(cand) == 0:
@@ -270,7 +273,7 @@ def _balance_block(task: PartsTask, c: Connections, candidates: np.ndarray, room
 
 def balance_histogram(task: PartsTask):
     """``(keys, [m, ncon] weights)`` of the range's balance moves, keyed by
-    (from, to, gain, hash bucket)."""
+    (from, to, gain, hash bucket). Holds one CSR block and the blocks' histograms."""
     hists = []
     for c, rows, keys in _balance_moves(task):
         hists.append(sum_by_key(keys, c.vw[rows]))
@@ -279,7 +282,8 @@ def balance_histogram(task: PartsTask):
 
 
 def balance_apply(task: PartsTask) -> tuple[np.ndarray, int]:
-    """Apply the moves whose key the client accepted; returns (loads, moves)."""
+    """Apply the moves whose key the client accepted, block by block of the CSR (writing
+    each block's rows of the next parts); returns (loads, moves). Holds one block."""
     accepted = np.asarray(task.accept, dtype=np.int64)
     k = task.num_parts
     loads, moved = 0, 0

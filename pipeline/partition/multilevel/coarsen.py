@@ -38,7 +38,7 @@ import numpy as np
 
 from ...arrayops import mix
 from .buckets import Span, read_spans, spans_into, write_bucketed
-from .layout import Level, best_per_row, new_array, sum_by_key, write_rows
+from .layout import Level, RangeCSR, best_per_row, new_array, sum_by_key, write_rows
 
 log = logging.getLogger(__name__)
 
@@ -102,14 +102,24 @@ def _connections(rows: np.ndarray, lab: np.ndarray, wgt: np.ndarray, take: np.nd
 
 
 def propose(task: RoundTask) -> np.ndarray:
-    """Proposals of range ``r`` -> ``t###.p#####.bin``, sorted by target. Holds the range's
-    CSR and a few arrays per entry. Returns the offsets of each target range's proposals."""
-    lv, r, f = task.level, task.r, task.files
-    start, stop = lv.bounds(r)
-    n = lv.num_nodes
-    csr = lv.read_csr(r)
+    """Proposals of range ``r`` -> ``t###.p#####.bin``, sorted by target. Holds one block of
+    the range's CSR (``Level.read_csr_blocks``) with a few arrays per entry, and the range's
+    proposals (one row per node at most). Returns the offsets of each target range's
+    proposals."""
+    lv, f = task.level, task.files
     labels = np.load(f.state("labels", False), mmap_mode="r")
     cw = np.load(f.state("cw", False), mmap_mode="r")
+    table = np.concatenate([_block_proposals(task, csr, labels, cw)
+                            for csr in lv.read_csr_blocks(task.r)])
+    table = table[np.argsort(table[:, 1], kind="stable")]
+    return write_bucketed(f.scratch(f"p{task.r:05d}.bin"), table, table[:, 1], _bounds(lv))
+
+
+def _block_proposals(task: RoundTask, csr: RangeCSR, labels: np.ndarray,
+                     cw: np.ndarray) -> np.ndarray:
+    """The proposals of the rows of ``csr`` (a block of range ``r``), in row order."""
+    lv, f = task.level, task.files
+    start, stop = csr.start, csr.stop
     own = np.asarray(labels[start:stop])
     vw = np.asarray(lv.vwgt()[start:stop])
     rows = csr.rows()
@@ -120,7 +130,7 @@ def propose(task: RoundTask) -> np.ndarray:
     # nodes into movers and stayers opened a quarter: level 1 kept 60% of R-MAT's edges and
     # 75% of the planted graph's at 10^7, against 43% and 61% with this order.)
     up = mix(task.seed, f.round, 1, own)[rows] < mix(task.seed, f.round, 1, lab)
-    row, cl, conn = _connections(rows, lab, csr.wgt, up | (lab == own[rows]), n,
+    row, cl, conn = _connections(rows, lab, csr.wgt, up | (lab == own[rows]), lv.num_nodes,
                                  distinct=f.round == 0)
     mine = cl == own[row]
     self_conn = np.zeros(stop - start, dtype=np.int64)
@@ -141,8 +151,7 @@ def propose(task: RoundTask) -> np.ndarray:
     table[:, 0], table[:, 1] = start + row, cl
     table[:, 2], table[:, 3] = conn[pick] - self_conn[row], tie
     table[:, 4], table[:, FIXED:] = own[row], vw[row]
-    table = table[np.argsort(cl, kind="stable")]
-    return write_bucketed(f.scratch(f"p{r:05d}.bin"), table, table[:, 1], _bounds(lv))
+    return table
 
 
 def accept(task: RoundTask) -> tuple[int, np.ndarray, np.ndarray]:
@@ -198,26 +207,34 @@ def apply(task: RoundTask) -> None:
 def favourites(task: RoundTask) -> np.ndarray:
     """Two-hop clustering, first pass: every singleton of range ``r`` that has neighbours
     names its favourite cluster (the strongest connection, whatever its room) ->
-    ``t###.p#####.bin`` rows (node, favourite, weights), sorted by favourite. Holds the
-    range's CSR and a few arrays per entry of its singletons. Returns the offsets of each
-    favourite range's rows."""
-    lv, r, f = task.level, task.r, task.files
-    start, stop = lv.bounds(r)
+    ``t###.p#####.bin`` rows (node, favourite, weights), sorted by favourite. Holds one block
+    of the range's CSR with a few arrays per entry of its singletons, and the range's rows.
+    Returns the offsets of each favourite range's rows."""
+    lv, f = task.level, task.files
     labels = np.load(f.state("labels", False), mmap_mode="r")
+    cw = np.load(f.state("cw", False), mmap_mode="r")
+    table = np.concatenate([_block_favourites(task, csr, labels, cw)
+                            for csr in lv.read_csr_blocks(task.r)])
+    table = table[np.argsort(table[:, 1], kind="stable")]
+    return write_bucketed(f.scratch(f"p{task.r:05d}.bin"), table, table[:, 1], _bounds(lv))
+
+
+def _block_favourites(task: RoundTask, csr: RangeCSR, labels: np.ndarray,
+                      cw: np.ndarray) -> np.ndarray:
+    """(node, favourite, weights) of the singletons among the rows of ``csr``."""
+    lv, f = task.level, task.files
+    start, stop = csr.start, csr.stop
     own = np.asarray(labels[start:stop])
     vw = np.asarray(lv.vwgt()[start:stop])
     c = lv.count_cols
-    alone = np.asarray(np.load(f.state("cw", False), mmap_mode="r")[start:stop, :c]).sum(1)
+    alone = np.asarray(cw[start:stop, :c]).sum(axis=1)
     single = (own == np.arange(start, stop)) & (alone == vw[:, :c].sum(axis=1))
-    csr = lv.read_csr(r)
     rows = csr.rows()
     take = single[rows]
     row, cl, conn = _connections(rows[take], np.asarray(labels[csr.adj[take]]),
                                  csr.wgt[take], slice(None), lv.num_nodes)
     pick = best_per_row(row, conn, mix(task.seed, f.round, 3, start + row, cl))
-    order = np.argsort(cl[pick], kind="stable")
-    table = np.column_stack([start + row[pick], cl[pick], vw[row[pick]]])[order]
-    return write_bucketed(f.scratch(f"p{r:05d}.bin"), table, table[:, 1], _bounds(lv))
+    return np.column_stack([start + row[pick], cl[pick], vw[row[pick]]])
 
 
 def group_by_favourite(task: RoundTask) -> tuple[int, np.ndarray, np.ndarray]:

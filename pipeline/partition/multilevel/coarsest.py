@@ -44,9 +44,14 @@ def weight_bins(wgt: np.ndarray) -> np.ndarray:
 
 
 def weight_histogram(task: tuple[Level, int]) -> np.ndarray:
-    """Entries of range ``r`` per weight class (holds the range's weights)."""
+    """Entries of range ``r`` per weight class (holds one block of the range's CSR)."""
     level, r = task
-    return np.bincount(weight_bins(level.read_csr(r).wgt))
+    hist = np.zeros(1, dtype=np.int64)
+    for csr in level.read_csr_blocks(r):
+        h = np.bincount(weight_bins(csr.wgt))
+        hist = np.pad(hist, (0, max(0, len(h) - len(hist))))
+        hist[:len(h)] += h
+    return hist
 
 
 def sparsifier(histograms: list[np.ndarray], max_entries: int, seed: int) -> Sparsifier:
@@ -83,7 +88,9 @@ class CoarsestTask:
 def partition_coarsest(task: CoarsestTask) -> dict:
     """Writes ``target`` (int64 part per coarse node); returns METIS's weighted cut."""
     lv = task.level
-    kept = [_kept(lv.read_csr(r), task.sparse) for r in range(lv.num_ranges)]
+    # Block by block: when sparsified, a task never holds more than the budget plus a block.
+    kept = [_kept(csr, task.sparse) for r in range(lv.num_ranges)
+            for csr in lv.read_csr_blocks(r)]
     xadj = np.zeros(lv.num_nodes + 1, dtype=np.int64)
     np.cumsum(np.concatenate([k[0] for k in kept]), out=xadj[1:])
     adjncy = np.concatenate([k[1] for k in kept]).astype(np.int64, copy=False)

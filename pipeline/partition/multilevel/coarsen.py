@@ -106,10 +106,16 @@ def propose(task: RoundTask) -> np.ndarray:
     the range's CSR (``Level.read_csr_blocks``) with a few arrays per entry, and the range's
     proposals (one row per node at most). Returns the offsets of each target range's
     proposals."""
+    return _write_by_target(task, _block_proposals)
+
+
+def _write_by_target(task: RoundTask, block_rows) -> np.ndarray:
+    """``block_rows(task, csr, labels, cw)`` over the blocks of range ``r`` (rows whose column
+    1 is a target node), concatenated, sorted by target and written bucketed by its range."""
     lv, f = task.level, task.files
     labels = np.load(f.state("labels", False), mmap_mode="r")
     cw = np.load(f.state("cw", False), mmap_mode="r")
-    table = np.concatenate([_block_proposals(task, csr, labels, cw)
+    table = np.concatenate([block_rows(task, csr, labels, cw)
                             for csr in lv.read_csr_blocks(task.r)])
     table = table[np.argsort(table[:, 1], kind="stable")]
     return write_bucketed(f.scratch(f"p{task.r:05d}.bin"), table, table[:, 1], _bounds(lv))
@@ -210,13 +216,7 @@ def favourites(task: RoundTask) -> np.ndarray:
     ``t###.p#####.bin`` rows (node, favourite, weights), sorted by favourite. Holds one block
     of the range's CSR with a few arrays per entry of its singletons, and the range's rows.
     Returns the offsets of each favourite range's rows."""
-    lv, f = task.level, task.files
-    labels = np.load(f.state("labels", False), mmap_mode="r")
-    cw = np.load(f.state("cw", False), mmap_mode="r")
-    table = np.concatenate([_block_favourites(task, csr, labels, cw)
-                            for csr in lv.read_csr_blocks(task.r)])
-    table = table[np.argsort(table[:, 1], kind="stable")]
-    return write_bucketed(f.scratch(f"p{task.r:05d}.bin"), table, table[:, 1], _bounds(lv))
+    return _write_by_target(task, _block_favourites)
 
 
 def _block_favourites(task: RoundTask, csr: RangeCSR, labels: np.ndarray,

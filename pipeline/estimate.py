@@ -121,6 +121,7 @@ def estimate_partition(graph: ChunkedGraph, method: str, num_parts: int, balance
     step would resolve it for workers of ``worker_bytes``. ``balance`` None: the method's
     default (``default_balance``, from the metadata: a train_mask field counts)."""
     from .partition.auto import choose
+    from .partition.auto import kaminpar_installed
     from .partition.base import default_balance, num_constraints
     from .partition.multilevel.budget import derive_budget
     from .partition.multilevel.method import MAX_RANGES
@@ -132,7 +133,7 @@ def estimate_partition(graph: ChunkedGraph, method: str, num_parts: int, balance
     ncon = num_constraints(graph, tuple(balance))
     label = method
     if method == "auto":
-        method = choose(edges, worker_bytes, nodes, ncon).method
+        method = choose(edges, worker_bytes, nodes, ncon, kaminpar_installed()).method
         label = f"auto -> {method}"
     output = nodes * 4
     if method == "random":

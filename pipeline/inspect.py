@@ -334,7 +334,8 @@ def _assignment_stats(meta, meta_path: str) -> dict | None:
     if "levels" in stats:
         multilevel = {k: stats.get(k) for k in ("levels", "coarse_edge_budget", "budget",
                                                 "coarse_nodes", "coarse_edges",
-                                                "coarse_metis_edge_cut", "coarse_csr_bytes")}
+                                                "coarse_metis_edge_cut", "coarse_csr_bytes",
+                                                "sparsified")}
     return {"num_edges": stats.get("num_edges"), "edge_cut": stats.get("edge_cut"),
             "cut_ratio": stats.get("cut_ratio"), "imbalance": stats.get("imbalance", {}),
             "parts": parts, "metis_edge_cut": stats.get("metis_edge_cut"),
@@ -656,7 +657,9 @@ def _text_assignment(d: dict) -> str:
                       + (f" ({ml['budget']})" if ml.get("budget") else "")))
         pairs.append(("coarsest graph", f"{_cell(ml['coarse_nodes'])} nodes, "
                       f"{_cell(ml['coarse_edges'])} edges, METIS cut "
-                      f"{_cell(ml['coarse_metis_edge_cut'])}"))
+                      f"{_cell(ml['coarse_metis_edge_cut'])}"
+                      + (" (coarsening stopped above the budget: METIS got the heaviest "
+                         "edges)" if ml.get("sparsified") else "")))
     if s["auto"]:
         pairs.append(("auto", f"chose {s['auto'].get('chosen')}: {s['auto'].get('reason')}"))
     lines += ["", *_fields(pairs)]

@@ -1,5 +1,12 @@
-"""``--method auto``: ``metis`` when its in-memory peak fits the memory budget, else
-``multilevel``.
+"""``--method auto``: ``metis`` when its in-memory peak fits the memory budget, else ``kaminpar``
+when its (about 5x smaller) in-memory peak fits, else ``multilevel``.
+
+Why this order (issue 32, RESULTS.md): where METIS fits it gives the best cut under several
+constraints (KaMinPar 1.01-1.05x its cut on R-MAT, equal on the planted graph, at 0.23-0.39x
+its peak and 0.53-2.06x its time). Where METIS does not fit, KaMinPar beats multilevel: on
+R-MAT scale 20, 4 parts, 18.0 s / 69.9% cut against 44.3 s / 71.5%; on the planted 10^7-edge
+graph 11.9 s against 34.8 s at the same cut; multilevel holds the least (0.5 GB) and takes
+every graph that fits no single task.
 
 The estimate is the memory model's (``pipeline/estimate.py``, also behind the multilevel
 budget): ``--method metis`` peaks at about ``METIS_BYTES_PER_EDGE`` (270) bytes per input edge in
@@ -17,7 +24,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..estimate import METIS_BYTES_PER_EDGE, metis_peak_bytes  # noqa: F401 (tests, bench)
+import importlib.util
+
+from ..estimate import (METIS_BYTES_PER_EDGE, kaminpar_peak_bytes,  # noqa: F401 (tests, bench)
+                        metis_peak_bytes)
 from .base import num_constraints
 from .multilevel.budget import worker_memory_bytes
 
@@ -28,30 +38,45 @@ SHARE = 0.6
 
 @dataclass(frozen=True)
 class AutoChoice:
-    method: str                     # "metis" or "multilevel"
+    method: str                     # "metis", "kaminpar" or "multilevel"
     metis_peak_bytes: int           # estimated peak of --method metis on the input
     budget_bytes: int | None        # SHARE of the worker limit (None: unknown, metis chosen)
+    kaminpar_peak_bytes: int = 0    # estimated peak of --method kaminpar (0: not installed)
 
     def describe(self) -> str:
         budget = "unknown" if self.budget_bytes is None else f"{self.budget_bytes / 1e9:.2f} GB"
+        kaminpar = (f", kaminpar at ~{self.kaminpar_peak_bytes / 1e9:.2f} GB"
+                    if self.kaminpar_peak_bytes else ", kaminpar not installed")
         return (f"--method auto: {self.method} (metis would peak at ~"
-                f"{self.metis_peak_bytes / 1e9:.2f} GB; budget {budget} = {SHARE:.0%} of the "
-                "smallest worker memory limit)")
+                f"{self.metis_peak_bytes / 1e9:.2f} GB{kaminpar}; budget {budget} = "
+                f"{SHARE:.0%} of the smallest worker memory limit)")
 
 
-def choose(input_edges: int, worker_bytes: int | None, nodes: int = 0,
-           ncon: int = 1) -> AutoChoice:
+def choose(input_edges: int, worker_bytes: int | None, nodes: int = 0, ncon: int = 1,
+           kaminpar: bool = True) -> AutoChoice:
     """The method for ``input_edges`` edges and ``nodes`` nodes balanced by ``ncon``
-    vertex-weight columns on workers of ``worker_bytes`` memory (pure)."""
+    vertex-weight columns on workers of ``worker_bytes`` memory; ``kaminpar``: whether it
+    may be chosen (installed). Pure."""
     peak = metis_peak_bytes(input_edges, nodes, ncon)
+    kpeak = kaminpar_peak_bytes(input_edges, nodes, ncon) if kaminpar else 0
     budget = None if not worker_bytes else int(worker_bytes * SHARE)
-    method = "metis" if budget is None or peak <= budget else "multilevel"
-    return AutoChoice(method, peak, budget)
+    if budget is None or peak <= budget:
+        method = "metis"
+    elif kaminpar and kpeak <= budget:
+        method = "kaminpar"
+    else:
+        method = "multilevel"
+    return AutoChoice(method, peak, budget, kpeak)
+
+
+def kaminpar_installed() -> bool:
+    return importlib.util.find_spec("kaminpar") is not None
 
 
 def choose_for(graph, runner, balance: tuple[str, ...] = ()) -> AutoChoice:
     """The choice for ``graph`` balanced by ``balance`` on ``runner``'s cluster; logged."""
     choice = choose(sum(graph.num_edges.values()), worker_memory_bytes(runner),
-                    sum(graph.num_nodes.values()), num_constraints(graph, balance))
+                    sum(graph.num_nodes.values()), num_constraints(graph, balance),
+                    kaminpar_installed())
     log.info("%s", choice.describe())
     return choice

@@ -6,15 +6,24 @@ offsets of each range's slice to the client, which passes every reader its
 reads each slice with one ``pread``-like call: no ``.npy`` header to parse and no offsets file
 to load. At 10^8 edges the ``.npy`` + offsets version spent ~38 ms of each task opening
 2 x 77 files, a third of coarsening's accept and apply passes.
+
+A task that produces its rows block by block appends one such table per block to its file
+(``append_bucketed``; a span then names its table's byte offset), and a reader that must not
+hold all its rows at once takes them in row blocks of its own range (``key_blocks``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from formats.output import writing
+
+from .layout import cut_points
+
+GRID = 8           # key_blocks: candidate cuts per block of rows, before refining
 
 
 @dataclass(frozen=True)
@@ -23,6 +32,7 @@ class Span:
     start: int       # first row
     stop: int        # one past the last row
     dtype: str = "int64"
+    base: int = 0    # byte offset of the table in the file (files of several tables)
 
 
 def write_bucketed(path: str, table: np.ndarray, keys: np.ndarray,
@@ -34,21 +44,127 @@ def write_bucketed(path: str, table: np.ndarray, keys: np.ndarray,
     return np.searchsorted(keys, bounds)
 
 
+def append_bucketed(f, table: np.ndarray, keys: np.ndarray,
+                    bounds: np.ndarray) -> tuple[int, np.ndarray]:
+    """``write_bucketed`` into the open file ``f`` after the tables already there: returns
+    the table's byte offset in the file and its row offsets of each key range."""
+    base = f.tell()
+    with writing(f.name):
+        np.ascontiguousarray(table).tofile(f)
+    return base, np.searchsorted(keys, bounds)
+
+
 def spans_into(paths: list[str], offsets: list[np.ndarray], s: int,
-               dtypes: list[str] | None = None) -> tuple[Span, ...]:
+               dtypes: list[str] | None = None,
+               bases: list[int] | None = None) -> tuple[Span, ...]:
     """The non-empty slices for bucket ``s`` of every written table (of ``dtypes``, default
-    int64)."""
+    int64; at byte offsets ``bases`` in their files, default 0)."""
     dtypes = dtypes or ["int64"] * len(paths)
-    return tuple(Span(p, int(o[s]), int(o[s + 1]), d) for p, o, d in zip(paths, offsets, dtypes)
-                 if o[s + 1] > o[s])
+    bases = bases or [0] * len(paths)
+    return tuple(Span(p, int(o[s]), int(o[s + 1]), d, b)
+                 for p, o, d, b in zip(paths, offsets, dtypes, bases) if o[s + 1] > o[s])
 
 
 def read_spans(spans: tuple[Span, ...], cols: int = 1, dtype=np.int64) -> np.ndarray:
-    """The rows of ``spans`` (tables of ``cols`` columns), concatenated as ``dtype``."""
-    parts = []
+    """The rows of ``spans`` (tables of ``cols`` columns), concatenated as ``dtype``. Each
+    file is opened once, however many of its tables are read, and a span of ``dtype`` is
+    read straight into the result. Holds the result and one span of another dtype."""
+    out = np.empty((sum(s.stop - s.start for s in spans), cols), dtype=dtype)
+    files = {}
+    try:
+        pos = 0
+        for s in spans:
+            f = files.get(s.path) or files.setdefault(s.path, open(s.path, "rb", buffering=0))
+            rows, src = s.stop - s.start, np.dtype(s.dtype)
+            into = out[pos:pos + rows] if src == out.dtype else np.empty((rows, cols), src)
+            _read_into(f, into, s.base + s.start * cols * src.itemsize)
+            if into.base is not out:
+                out[pos:pos + rows] = into
+            pos += rows
+    finally:
+        for f in files.values():
+            f.close()
+    return out
+
+
+def _read_into(f, array: np.ndarray, offset: int) -> None:
+    """Fill the contiguous ``array`` with the bytes of the raw file ``f`` from ``offset``."""
+    view = memoryview(array).cast("B")
+    f.seek(offset)
+    done = 0
+    while done < len(view):
+        got = f.readinto(view[done:])
+        if not got:
+            raise EOFError(f"{f.name}: {len(view) - done} bytes missing at {offset + done}")
+        done += got
+
+
+def span_rows(spans: tuple[Span, ...], max_rows: int) -> Iterator[tuple[Span, ...]]:
+    """``spans`` regrouped (a long one split) into groups of at most ``max_rows`` rows, for
+    ``read_spans`` one group at a time."""
+    group, size = [], 0
     for s in spans:
+        start = s.start
+        while start < s.stop:
+            take = min(s.stop - start, max_rows - size)
+            group.append(replace(s, start=start, stop=start + take))
+            start, size = start + take, size + take
+            if size == max_rows:
+                yield tuple(group)
+                group, size = [], 0
+    if group:
+        yield tuple(group)
+
+
+def key_rows(spans: tuple[Span, ...], keys: np.ndarray) -> np.ndarray:
+    """``[len(spans), len(keys)]``: per span (a table of one key column, sorted), the row
+    where its keys reach each of the sorted ``keys``. Binary searches in the memory-mapped
+    file (one map per file): a few pages per key read."""
+    out = np.empty((len(spans), len(keys)), dtype=np.int64)
+    maps = {}
+    for i, s in enumerate(spans):
+        raw = maps.get(s.path)
+        if raw is None:
+            raw = maps[s.path] = np.memmap(s.path, dtype=np.uint8, mode="r")
         itemsize = np.dtype(s.dtype).itemsize
-        parts.append(np.fromfile(s.path, dtype=s.dtype, count=(s.stop - s.start) * cols,
-                                 offset=s.start * cols * itemsize).reshape(-1, cols))
-    return np.concatenate(parts).astype(dtype, copy=False) if parts else \
-        np.empty((0, cols), dtype=dtype)
+        first = s.base + s.start * itemsize
+        table = raw[first:first + (s.stop - s.start) * itemsize].view(s.dtype)
+        out[i] = s.start + np.searchsorted(table, keys)
+    return out
+
+
+def key_blocks(spans: tuple[Span, ...], start: int, stop: int, n: int, limit: int
+               ) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+    """Row blocks ``[a, b)`` of the rows ``start:stop`` whose entries come as keys
+    ``row * n + col`` in ``spans`` (each sorted), with at most about ``limit`` incoming rows
+    plus rows each: ``(a, b, lo, hi)``, where span ``i``'s rows of the block are
+    ``lo[i]:hi[i]`` (``sub_spans``). One block when all of them fit. Else cuts are chosen
+    among a grid of rows (``GRID`` per block, refined where a cell alone is over the limit),
+    by binary searches in the files. Holds the grid: ``len(spans)`` int64 per point."""
+    lo = np.array([s.start for s in spans], dtype=np.int64)
+    hi = np.array([s.stop for s in spans], dtype=np.int64)
+    total = int((hi - lo).sum())
+    if total + (stop - start) <= limit:
+        return [(start, stop, lo, hi)]
+    grid = np.unique(np.linspace(start, stop, min(stop - start, GRID * -(-total // limit)) + 1
+                                 ).astype(np.int64))
+    for _ in range(4):
+        pos = key_rows(spans, grid * n)
+        cell = np.diff(pos.sum(axis=0)) + np.diff(grid)
+        big = np.flatnonzero((cell > limit) & (np.diff(grid) > 1))
+        if len(big) == 0:
+            break
+        extra = [np.linspace(grid[i], grid[i + 1], GRID * -(-int(cell[i]) // limit) + 1)
+                 for i in big]
+        grid = np.unique(np.concatenate([grid] + extra).astype(np.int64))
+    else:
+        pos = key_rows(spans, grid * n)
+    cuts = cut_points(pos.sum(axis=0) + grid, limit)
+    return [(int(grid[i]), int(grid[j]), pos[:, i], pos[:, j])
+            for i, j in zip(cuts[:-1], cuts[1:])]
+
+
+def sub_spans(spans: tuple[Span, ...], lo: np.ndarray, hi: np.ndarray) -> tuple[Span, ...]:
+    """Rows ``lo[i]:hi[i]`` of each span ``i`` (the non-empty ones)."""
+    return tuple(replace(s, start=int(a), stop=int(b)) for s, a, b in zip(spans, lo, hi)
+                 if b > a)

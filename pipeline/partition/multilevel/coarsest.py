@@ -2,6 +2,9 @@
 
 The task holds the coarse graph's CSR (8 B/node + 16 B/entry for adjncy and adjwgt), its vertex
 weights and METIS's own copies; the budget (``budget.py``) keeps that below the worker limit.
+When coarsening stalled above the budget, METIS gets only the heaviest coarse edges, up to the
+budget (threshold sparsification, as KaMinPar sparsifies dense coarse graphs): the task reads
+one range at a time and keeps at most the budget, and refinement then sees every edge.
 """
 
 from __future__ import annotations
@@ -12,10 +15,63 @@ import numpy as np
 
 from formats.output import save_npy
 
+from ...arrayops import mix
+
 from ..metis_capi import part_graph
 from ..metis_method import fill_empty_parts
 from ..rebalance import rebalance
-from .layout import Level
+from .layout import Level, RangeCSR
+
+BINS_PER_DOUBLING = 8      # weight classes of the sparsification threshold
+
+
+@dataclass(frozen=True)
+class Sparsifier:
+    """Keep entries of weight class above ``bin``, and of class ``bin`` those whose edge
+    hashes below ``share`` (by its two ends, so both directions agree)."""
+    bin: int
+    share: float
+    seed: int
+
+    def keep(self, u: np.ndarray, v: np.ndarray, wgt: np.ndarray) -> np.ndarray:
+        b = weight_bins(wgt)
+        coin = mix(self.seed, np.minimum(u, v), np.maximum(u, v)) >> np.uint64(11)
+        return (b > self.bin) | ((b == self.bin) & (coin < np.uint64(self.share * 2 ** 53)))
+
+
+def weight_bins(wgt: np.ndarray) -> np.ndarray:
+    return np.floor(np.log2(np.maximum(wgt, 1)) * BINS_PER_DOUBLING).astype(np.int64)
+
+
+def weight_histogram(task: tuple[Level, int]) -> np.ndarray:
+    """Entries of range ``r`` per weight class (holds one block of the range's CSR)."""
+    level, r = task
+    hist = np.zeros(1, dtype=np.int64)
+    for csr in level.read_csr_blocks(r):
+        h = np.bincount(weight_bins(csr.wgt))
+        hist = np.pad(hist, (0, max(0, len(h) - len(hist))))
+        hist[:len(h)] += h
+    return hist
+
+
+def sparsifier(histograms: list[np.ndarray], max_entries: int, seed: int) -> Sparsifier:
+    """The threshold keeping about ``max_entries`` of the heaviest entries."""
+    hist = np.zeros(max(len(h) for h in histograms), dtype=np.int64)
+    for h in histograms:
+        hist[:len(h)] += h
+    above = np.cumsum(hist[::-1])[::-1] - hist          # entries in heavier classes
+    b = int(np.flatnonzero(above < max_entries)[0])
+    return Sparsifier(b, min(1.0, (max_entries - above[b]) / max(hist[b], 1)), seed)
+
+
+def _kept(csr: RangeCSR, sparse: Sparsifier | None) -> tuple[np.ndarray, ...]:
+    """(degrees, adj, wgt) of a range, filtered by ``sparse``."""
+    if sparse is None:
+        return np.diff(csr.indptr), csr.adj, csr.wgt
+    rows = csr.rows()
+    keep = sparse.keep(csr.start + rows, csr.adj.astype(np.int64), csr.wgt)
+    return (np.bincount(rows[keep], minlength=csr.stop - csr.start), csr.adj[keep],
+            csr.wgt[keep])
 
 
 @dataclass(frozen=True)
@@ -26,17 +82,20 @@ class CoarsestTask:
     objective: int
     imbalance: float
     target: str
+    sparse: Sparsifier | None = None     # set when the level holds more than the budget
 
 
 def partition_coarsest(task: CoarsestTask) -> dict:
     """Writes ``target`` (int64 part per coarse node); returns METIS's weighted cut."""
     lv = task.level
-    csrs = [lv.read_csr(r) for r in range(lv.num_ranges)]
+    # Block by block: when sparsified, a task never holds more than the budget plus a block.
+    kept = [_kept(csr, task.sparse) for r in range(lv.num_ranges)
+            for csr in lv.read_csr_blocks(r)]
     xadj = np.zeros(lv.num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.concatenate([np.diff(c.indptr) for c in csrs]), out=xadj[1:])
-    adjncy = np.concatenate([c.adj for c in csrs]).astype(np.int64, copy=False)
-    adjwgt = np.concatenate([c.wgt for c in csrs]).astype(np.int64, copy=False)
-    del csrs
+    np.cumsum(np.concatenate([k[0] for k in kept]), out=xadj[1:])
+    adjncy = np.concatenate([k[1] for k in kept]).astype(np.int64, copy=False)
+    adjwgt = np.concatenate([k[2] for k in kept]).astype(np.int64, copy=False)
+    del kept
     weights = np.asarray(lv.vwgt())
     cut, parts = part_graph(task.num_parts, xadj, adjncy, weights, seed=task.seed,
                             objective=task.objective,

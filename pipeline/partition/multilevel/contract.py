@@ -6,7 +6,9 @@ cluster -> coarse map (``cmap.npy``) and the coarse vertex weights (a contiguous
 the map is monotone); write ``f2c.npy`` (fine -> coarse, also kept for uncoarsening); map the
 range's edges to coarse endpoints (one gather from ``f2c``), drop self-loops, sum duplicate
 weights and bucket them by coarse range; merge each coarse range's buckets into its CSR. A
-task holds one range's CSR or one coarse range's incoming entries.
+task holds one block of a range's CSR (``Level.read_csr_blocks``: its buckets are one table
+per block, appended to the range's files) or of a coarse range's incoming entries
+(``buckets.key_blocks``), and a few arrays per node of its range.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .buckets import Span, read_spans, spans_into, write_bucketed
-from .layout import Level, narrowest, new_array, sum_by_key, write_csr, write_rows
+from . import layout
+from .buckets import Span, append_bucketed, key_blocks, read_spans, spans_into, sub_spans
+from .layout import CSRWriter, Level, narrowest, new_array, sum_by_key, write_rows
 
 
 @dataclass(frozen=True)
@@ -66,24 +69,48 @@ def _bucket_path(fine: Level, r: int, what: str) -> str:
     return fine.path(f"contract/b{r:05d}.{what}.bin")
 
 
-def bucket_edges(task: ContractTask) -> tuple[np.ndarray, str]:
-    """Coarse entries of range ``r``, summed, sorted by key ``cu * nc + cv``, into two raw
-    files (keys, weights); returns the coarse-range offsets and the weights' dtype."""
+@dataclass(frozen=True)
+class Buckets:
+    """One table of a range's bucket files (one per CSR block)."""
+    offsets: np.ndarray     # row offsets of each coarse range's slice
+    keys_base: int          # byte offset of the table in the keys file
+    wgt_base: int           # ... in the weights file
+    dtype: str              # the weights' dtype
+
+
+def bucket_edges(task: ContractTask) -> list[Buckets]:
+    """Coarse entries of range ``r``, summed per CSR block, sorted by key ``cu * nc + cv``,
+    into two raw files (keys, weights), one table per block. Holds one block."""
     fine, coarse = task.fine, task.coarse
-    start, stop = fine.bounds(task.r)
     f2c = np.load(fine.path("f2c.npy"), mmap_mode="r")
-    csr = fine.read_csr(task.r)
-    cu = np.asarray(f2c[start:stop])[csr.rows()]
-    cv = np.asarray(f2c[csr.adj])
-    keep = cu != cv
     nc = coarse.num_nodes
-    keys, wgt = sum_by_key(cu[keep] * nc + cv[keep], csr.wgt[keep])
     bounds = np.minimum(np.arange(coarse.num_ranges + 1, dtype=np.int64) * coarse.range_size,
                         nc) * nc
-    wgt = wgt.astype(narrowest(wgt.max() + 1 if len(wgt) else 0))
-    write_bucketed(_bucket_path(fine, task.r, "wgt"), wgt, keys, bounds)
-    return write_bucketed(_bucket_path(fine, task.r, "keys"), keys, keys, bounds), \
-        wgt.dtype.name
+    out = []
+    with open(_bucket_path(fine, task.r, "keys"), "wb") as fk, \
+            open(_bucket_path(fine, task.r, "wgt"), "wb") as fw:
+        for csr in fine.read_csr_blocks(task.r):
+            keys, wgt = _coarse_entries(csr, f2c, nc)
+            del csr
+            keys, wgt = sum_by_key(keys, wgt)
+            wgt = wgt.astype(narrowest(wgt.max() + 1 if len(wgt) else 0))
+            wgt_base, _ = append_bucketed(fw, wgt, keys, bounds)
+            keys_base, offsets = append_bucketed(fk, keys, keys, bounds)
+            out.append(Buckets(offsets, keys_base, wgt_base, wgt.dtype.name))
+            del keys, wgt                     # not held while the next block is read
+    return out
+
+
+def _coarse_entries(csr, f2c: np.ndarray, nc: int) -> tuple[np.ndarray, np.ndarray]:
+    """A CSR block's entries as coarse keys ``cu * nc + cv``, self-loops dropped, and their
+    weights (not summed). Holds ~30 B per entry of the block besides it."""
+    key = np.asarray(f2c[csr.start:csr.stop])[csr.rows()]
+    cv = np.asarray(f2c[csr.adj])
+    keep = key != cv
+    key *= nc
+    key += cv
+    del cv
+    return key[keep], csr.wgt[keep]
 
 
 @dataclass(frozen=True)
@@ -95,13 +122,21 @@ class MergeTask:
 
 
 def merge_range(task: MergeTask) -> int:
-    """Coarse range ``s``'s CSR from its slices of every bucket file. Returns its stored
-    entries."""
-    keys, wgt = sum_by_key(read_spans(task.keys)[:, 0], read_spans(task.wgts)[:, 0])
+    """Coarse range ``s``'s CSR from its slices of every bucket table, block by block of
+    rows (``key_blocks``). Returns its stored entries. Holds one block of its entries."""
     nc = task.coarse.num_nodes
-    start, _ = task.coarse.bounds(task.s)
-    write_csr(task.coarse, task.s, keys // nc - start, keys % nc, wgt)
-    return len(keys)
+    start, stop = task.coarse.bounds(task.s)
+    blocks = key_blocks(task.keys, start, stop, nc, layout.BLOCK_ENTRIES)
+    csr = CSRWriter(task.coarse, task.s, len(blocks))
+    entries = 0
+    for _, _, lo, hi in blocks:
+        keys, wgt = sum_by_key(read_spans(sub_spans(task.keys, lo, hi))[:, 0],
+                               read_spans(sub_spans(task.wgts, lo, hi))[:, 0])
+        csr.add(keys // nc - start, keys % nc, wgt)
+        entries += len(keys)
+        del keys, wgt                         # not held while the next block is read
+    csr.close()
+    return entries
 
 
 def coarse_range_size(fine: Level, coarse_nodes: int, min_range: int) -> int:
@@ -134,13 +169,17 @@ def contract(fine: Level, labels: str, cw: str, folder: str, runner,
     runner(write_map, tasks, "multilevel: contract (map)")
     runner(write_f2c, tasks, "multilevel: contract (f2c)")
     os.makedirs(fine.path("contract"), exist_ok=True)
-    buckets = runner(bucket_edges, tasks, "multilevel: contract (edges)")
-    offsets, dtypes = [b[0] for b in buckets], [b[1] for b in buckets]
-    keys = [_bucket_path(fine, r, "keys") for r in ranges]
-    wgts = [_bucket_path(fine, r, "wgt") for r in ranges]
-    entries = runner(merge_range, [MergeTask(coarse, s, spans_into(keys, offsets, s),
-                                             spans_into(wgts, offsets, s, dtypes))
-                                   for s in range(coarse.num_ranges)], "multilevel: contract")
+    tables = [(r, b) for r, blocks in enumerate(runner(bucket_edges, tasks,
+                                                       "multilevel: contract (edges)"))
+              for b in blocks]
+    keys = [_bucket_path(fine, r, "keys") for r, _ in tables]
+    wgts = [_bucket_path(fine, r, "wgt") for r, _ in tables]
+    offsets = [b.offsets for _, b in tables]
+    entries = runner(merge_range, [
+        MergeTask(coarse, s, spans_into(keys, offsets, s, None, [b.keys_base for _, b in tables]),
+                  spans_into(wgts, offsets, s, [b.dtype for _, b in tables],
+                             [b.wgt_base for _, b in tables]))
+        for s in range(coarse.num_ranges)], "multilevel: contract")
     shutil.rmtree(fine.path("contract"))
     shutil.rmtree(fine.path("coarsen"))
     os.remove(fine.path("cmap.npy"))

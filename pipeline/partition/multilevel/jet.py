@@ -34,9 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...arrayops import mix
-from .layout import (Level, best_per_row, new_array, part_dtype, read_parts, sum_by_key,
-                     write_rows)
-from .refine import (GAIN_BITS, PartsTask, connections, merge_histograms,
+from .layout import (Level, RangeCSR, best_per_row, new_array, part_dtype, read_parts,
+                     sum_by_key, write_rows)
+from .refine import (GAIN_BITS, Connections, PartsTask, connections, merge_histograms,
                      part_loads, write_parts)
 
 log = logging.getLogger(__name__)
@@ -65,31 +65,46 @@ class JetFiles:
 
 def jet_propose(args: tuple[PartsTask, JetFiles, float]) -> JetProposals:
     """Candidates of range ``r`` into the memory-mapped target and priority arrays; returns
-    the range's ``JetProposals``."""
+    the range's ``JetProposals``. Block by block of the CSR (``connections``): holds one
+    block and a few arrays per entry of it."""
     task, files, loss = args
-    own, vw, row, q, conn, self_conn = connections(task)
-    start, stop = task.level.bounds(task.r)
+    k = task.num_parts
+    cut2, loads, departing, hists = 0, 0, np.zeros(k, dtype=np.int64), []
+    for c in connections(task):
+        block_cut2, block_departing, hist = _propose_block(task, files, loss, c)
+        cut2, departing = cut2 + block_cut2, departing + block_departing
+        hists.append(hist)
+        loads = loads + part_loads(c.own, c.vw, k)
+        del c
+    keys, weights = merge_histograms(hists)
+    return JetProposals(cut2, loads, departing, keys, weights)
+
+
+def _propose_block(task: PartsTask, files: JetFiles, loss: float, c: Connections):
+    """``jet_propose`` of one block: writes its rows of the target and priority arrays;
+    returns its (cut2, departing, histogram). Holds a few arrays per (node, part) pair of
+    the block."""
+    own, vw, row, q, conn = c.own, c.vw, c.row, c.q, c.conn
     other = q != own[row]
     cut2 = int(conn[other].sum())
     row, q, conn = row[other], q[other], conn[other]
-    tie = mix(task.seed, task.round, 6, start + row, q)
+    tie = mix(task.seed, task.round, 6, c.start + row, q)
     pick = best_per_row(row, conn, tie)
     row, q, conn = row[pick], q[pick], conn[pick]
-    gain = conn - self_conn[row]
-    ok = gain > -np.floor(loss * self_conn[row])
+    gain = conn - c.self_conn[row]
+    ok = gain > -np.floor(loss * c.self_conn[row])
     row, q, gain = row[ok], q[ok], gain[ok]
-    target = np.full(stop - start, -1, dtype=np.int64)
+    target = np.full(len(own), -1, dtype=np.int64)
     target[row] = q
-    priority = np.zeros(stop - start, dtype=np.int64)
-    bits = (mix(task.seed, task.round, 7, start + row) >> np.uint64(33)).astype(np.int64)
+    priority = np.zeros(len(own), dtype=np.int64)
+    bits = (mix(task.seed, task.round, 7, c.start + row) >> np.uint64(33)).astype(np.int64)
     priority[row] = ((np.clip(gain, -(1 << 30), 1 << 30) + (1 << 31)) << PRIORITY_SHIFT) | bits
-    write_rows(files.target, start, target)
-    write_rows(files.priority, start, priority)
+    write_rows(files.target, c.start, target)
+    write_rows(files.priority, c.start, priority)
     counted = vw[row, :task.level.count_cols].sum(axis=1)
     departing = np.bincount(own[row], weights=counted, minlength=task.num_parts)
-    keys, weights = sum_by_key(move_keys(own[row], q, priority[row], task.num_parts), vw[row])
-    return JetProposals(cut2, part_loads(own, vw, task.num_parts), departing.astype(np.int64),
-                        keys, weights)
+    return cut2, departing.astype(np.int64), sum_by_key(
+        move_keys(own[row], q, priority[row], task.num_parts), vw[row])
 
 
 def rank_of(priority: np.ndarray) -> np.ndarray:
@@ -150,20 +165,30 @@ def accept_moves(keys: np.ndarray, weights: np.ndarray, loads: np.ndarray, caps:
 def jet_apply(args: tuple[PartsTask, JetFiles]) -> tuple[np.ndarray, int]:
     """Move range ``r``'s candidates (those ``jet_mark`` left) whose gain stays >= 0 after
     their higher-priority candidate neighbours' moves, except out of ``task.frozen`` parts;
-    returns (loads, moves)."""
+    returns (loads, moves). Block by block of the CSR: holds one block and the entries of
+    its movers."""
     task, files = args
-    lv = task.level
-    start, stop = lv.bounds(task.r)
+    loads, moved = 0, 0
+    for csr in _mover_blocks(task, files):
+        block_loads, block_moved = _apply_block(task, files, csr)
+        loads, moved = loads + block_loads, moved + block_moved
+        del csr
+    return loads, moved
+
+
+def _apply_block(task: PartsTask, files: JetFiles, csr: RangeCSR) -> tuple[np.ndarray, int]:
+    """``jet_apply`` of the rows of ``csr``: writes their next parts; (loads, moves). Holds
+    a few arrays per entry of the block's movers."""
+    start, stop = csr.start, csr.stop
     own = read_parts(task.parts, slice(start, stop))
-    vw = np.asarray(lv.vwgt()[start:stop])
-    pmap = np.load(files.priority, mmap_mode="r")
+    vw = np.asarray(task.level.vwgt()[start:stop])
     target = read_parts(files.target, slice(start, stop))
     if task.frozen:
         target[np.isin(own, np.asarray(task.frozen, dtype=np.int64))] = -1
     movers = np.flatnonzero(target >= 0)
     if len(movers) == 0:
-        return write_parts(task, own, vw, movers, movers)
-    csr = lv.read_csr(task.r)
+        return write_parts(task, own, vw, movers, movers, start)
+    pmap = np.load(files.priority, mmap_mode="r")
     degree = np.diff(csr.indptr)
     first = csr.indptr[movers]
     # Entries of the movers' rows, gathered without a Python loop.
@@ -181,7 +206,20 @@ def jet_apply(args: tuple[PartsTask, JetFiles]) -> tuple[np.ndarray, int]:
     gain = (np.bincount(local, weights=w * (after == dest), minlength=m) -
             np.bincount(local, weights=w * (after == home), minlength=m))
     keep = movers[gain >= 0]
-    return write_parts(task, own, vw, keep, target[keep])
+    return write_parts(task, own, vw, keep, target[keep], start)
+
+
+def _mover_blocks(task: PartsTask, files: JetFiles):
+    """``read_csr_blocks`` of range ``r``, or, when none of its nodes moves, its rows as one
+    block without entries (the CSR is not read)."""
+    start, stop = task.level.bounds(task.r)
+    moving = np.asarray(np.load(files.target, mmap_mode="r")[start:stop]) >= 0
+    if task.frozen:
+        moving &= ~np.isin(np.load(task.parts, mmap_mode="r")[start:stop], task.frozen)
+    if not moving.any():
+        return [RangeCSR(start, stop, np.zeros(stop - start + 1, dtype=np.int64),
+                         np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))]
+    return task.level.read_csr_blocks(task.r)
 
 
 def new_jet_files(level: Level, parts: str, num_parts: int) -> JetFiles:

@@ -6,14 +6,26 @@ every edge, no self-loops, no duplicates) and ``vwgt.npy``, the ``[n, ncon]`` in
 weights (memory-mapped: tasks read only the rows they touch). A task loads one range's CSR.
 IDs and weights are stored as int32 where they fit, and unit weights (level 0) not at all: at
 10^9 edges level 0 takes 8 GB of disk instead of 32 GB.
+
+Tasks read a range's CSR in blocks of consecutive rows (``Level.read_csr_blocks``) and write
+one block by block (``CSRWriter``), at most ``BLOCK_ENTRIES`` entries plus rows a block: above
+``method.MAX_RANGES`` ranges a range grows with the graph (~781k nodes, ~16M entries at 10^9
+edges), and a task holding whole ranges grew with it (worker peak 0.49 GB at 10^8 edges, 3.4 GB
+at 10^9). Rows of different blocks are disjoint, so per-row work gives the same result block
+by block as on the whole range.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+
+# Entries plus rows of one block (``cut_points``): below the ~2.6M entries of a 2^17-node
+# range at 10^8 edges, so that a task holds no more at 10^9 edges than at 10^8.
+BLOCK_ENTRIES = 1 << 21
 
 
 @dataclass(frozen=True)
@@ -38,7 +50,8 @@ class Level:
         return self.path(f"r{r:05d}.{what}.npy")
 
     def read_csr(self, r: int) -> RangeCSR:
-        """The CSR of range ``r`` (loaded: ~16 B per stored edge entry)."""
+        """The CSR of range ``r`` (loaded: ~16 B per stored edge entry). For the coarsest
+        level; range tasks use ``read_csr_blocks``."""
         start, stop = self.bounds(r)
         adj = np.load(self.csr_path(r, "adj"))
         wgt_path = self.csr_path(r, "wgt")
@@ -46,6 +59,31 @@ class Level:
         wgt = np.load(wgt_path).astype(np.int64) if os.path.exists(wgt_path) else \
             np.ones(len(adj), dtype=np.int64)
         return RangeCSR(start, stop, np.load(self.csr_path(r, "indptr")), adj, wgt)
+
+    def read_csr_blocks(self, r: int, max_entries: int | None = None) -> Iterator[RangeCSR]:
+        """Range ``r``'s CSR as blocks of consecutive rows (``RangeCSR`` with the block's own
+        ``start``/``stop``), of at most ``max_entries`` (default ``BLOCK_ENTRIES``) entries +
+        rows each; a row with more entries is a block of its own; at least one block, empty
+        for a range without rows. A block reads only its slices of the adj and weight files,
+        with one ``pread``-like call each (not memory-mapped: mapped pages would stay in the
+        worker's RSS until the range is done). Holds the range's indptr (8 B per node) and one
+        block (~12 B per entry: adj as stored, weights as int64)."""
+        start, _ = self.bounds(r)
+        indptr = np.load(self.csr_path(r, "indptr"))
+        adj_path, wgt_path = self.csr_path(r, "adj"), self.csr_path(r, "wgt")
+        adj = _npy_data(adj_path)
+        wgt = _npy_data(wgt_path) if os.path.exists(wgt_path) else None
+        cost = np.arange(len(indptr))
+        cost += indptr
+        cuts = cut_points(cost, max_entries or BLOCK_ENTRIES)
+        del cost
+        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+            lo, hi = int(indptr[a]), int(indptr[b])
+            # built in the yield: this frame keeps no reference to the block's arrays
+            yield RangeCSR(start + a, start + b, indptr[a:b + 1] - lo,
+                           _read_slice(adj_path, adj, lo, hi),
+                           np.ones(hi - lo, dtype=np.int64) if wgt is None else
+                           _read_slice(wgt_path, wgt, lo, hi).astype(np.int64))
 
     def vwgt(self, mode: str = "r") -> np.ndarray:
         return np.load(self.path("vwgt.npy"), mmap_mode=mode)
@@ -58,6 +96,7 @@ class Level:
 
 @dataclass(frozen=True)
 class RangeCSR:
+    """Rows ``start:stop`` (global node IDs) of a level: a whole range or a block of one."""
     start: int
     stop: int
     indptr: np.ndarray
@@ -81,6 +120,117 @@ def write_csr(level: Level, r: int, rows_local: np.ndarray, adj: np.ndarray,
     save_npy(level.csr_path(r, "adj"), adj.astype(narrowest(level.num_nodes), copy=False))
     if len(wgt) and not (wgt.min() == 1 and wgt.max() == 1):
         save_npy(level.csr_path(r, "wgt"), wgt.astype(narrowest(wgt.max() + 1), copy=False))
+
+
+def cut_points(cost: np.ndarray, limit: int) -> np.ndarray:
+    """Cuts ``0 = c_0 < c_1 < ... < c_m = len(cost) - 1`` of the items of a non-decreasing
+    cumulative ``cost`` (``cost[i]``: the cost before item ``i``), greedily as few as keep
+    every ``[c_j, c_{j+1})`` within ``limit``, or one item where that item alone exceeds it.
+    ``[0, 0]`` without items. A loop over the cuts, not the items."""
+    last = len(cost) - 1
+    cuts = [0]
+    while cuts[-1] < last:
+        i = cuts[-1]
+        j = int(np.searchsorted(cost, cost[i] + limit, side="right")) - 1
+        cuts.append(min(max(j, i + 1), last))
+    return np.asarray(cuts if last > 0 else [0, 0], dtype=np.int64)
+
+
+class CSRWriter:
+    """Writes range ``r``'s CSR block by block (``add``, rows in order) into the files
+    ``write_csr`` writes, byte for byte. One block (``blocks=1``): ``write_csr`` itself.
+    Several: adj goes straight into its ``.npy`` (the header, whose length numpy keeps
+    independent of the shape, is written last); weights go as int64 into a scratch file from
+    the first weight other than 1 on, and are narrowed into the ``.npy`` on ``close``. Holds
+    the range's degree counts (8 B per node) and, on close, ``BLOCK_ENTRIES`` weights."""
+
+    def __init__(self, level: Level, r: int, blocks: int):
+        self.level, self.r, self.single = level, r, blocks <= 1
+        start, stop = level.bounds(r)
+        self.counts = np.zeros(stop - start, dtype=np.int64)
+        self.entries, self.wmax, self.wgt = 0, 1, None
+        self.adj_dtype = np.dtype(narrowest(level.num_nodes))
+        if not self.single:
+            self.adj_path = level.csr_path(r, "adj")
+            self.adj = open(self.adj_path, "wb")
+            self.adj.write(_npy_header(self.adj_dtype, 0))
+
+    def add(self, rows_local: np.ndarray, adj: np.ndarray, wgt: np.ndarray | None) -> None:
+        """Entries of the next rows, sorted by (row, neighbour); ``wgt`` None: all 1."""
+        from formats.output import writing
+        if self.single:
+            write_csr(self.level, self.r, rows_local, adj,
+                      np.ones(len(adj), dtype=np.int64) if wgt is None else wgt)
+            return
+        if len(rows_local):               # rows sorted: one search per row, not per entry
+            lo, hi = int(rows_local[0]), int(rows_local[-1]) + 1
+            self.counts[lo:hi] += np.diff(np.searchsorted(rows_local, np.arange(lo, hi + 1)))
+        with writing(self.adj_path):
+            adj.astype(self.adj_dtype, copy=False).tofile(self.adj)
+            if wgt is not None and len(wgt) and (wgt.min() != 1 or wgt.max() != 1):
+                self.wmax = max(self.wmax, int(wgt.max()))
+                if self.wgt is None:          # the unit weights so far, a block at a time
+                    self.wgt = open(self.level.csr_path(self.r, "wgt") + ".part", "w+b")
+                    for a in range(0, self.entries, BLOCK_ENTRIES):
+                        np.ones(min(BLOCK_ENTRIES, self.entries - a), dtype=np.int64).tofile(
+                            self.wgt)
+            if self.wgt is not None:
+                (np.ones(len(adj), dtype=np.int64) if wgt is None else
+                 wgt.astype(np.int64, copy=False)).tofile(self.wgt)
+        self.entries += len(adj)
+
+    def close(self) -> None:
+        """Finish the files (a no-op after ``write_csr``)."""
+        from formats.output import save_npy, writing
+        if self.single:
+            return
+        indptr = np.zeros(len(self.counts) + 1, dtype=np.int64)
+        np.cumsum(self.counts, out=indptr[1:])
+        save_npy(self.level.csr_path(self.r, "indptr"), indptr)
+        with writing(self.adj_path):
+            header = _npy_header(self.adj_dtype, self.entries)
+            assert len(header) == len(_npy_header(self.adj_dtype, 0))
+            self.adj.seek(0)
+            self.adj.write(header)
+            self.adj.close()
+        if self.wgt is None:
+            return
+        path = self.level.csr_path(self.r, "wgt")
+        dtype = np.dtype(narrowest(self.wmax + 1))
+        with writing(path), open(path, "wb") as out:
+            out.write(_npy_header(dtype, self.entries))
+            self.wgt.seek(0)
+            for _ in range(0, self.entries, BLOCK_ENTRIES):
+                np.fromfile(self.wgt, dtype=np.int64, count=BLOCK_ENTRIES).astype(
+                    dtype).tofile(out)
+        self.wgt.close()
+        os.remove(path + ".part")
+
+
+def _npy_data(path: str) -> tuple[np.dtype, int]:
+    """The dtype of a 1-D ``.npy`` file and the byte offset of its data."""
+    fmt = np.lib.format
+    with open(path, "rb") as f:
+        major, _ = fmt.read_magic(f)
+        read = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
+        _, _, dtype = read(f)
+        return dtype, f.tell()
+
+
+def _read_slice(path: str, data: tuple[np.dtype, int], lo: int, hi: int) -> np.ndarray:
+    """Items ``lo:hi`` of the 1-D ``.npy`` at ``path`` (``data``: ``_npy_data``'s)."""
+    dtype, offset = data
+    return np.fromfile(path, dtype=dtype, count=hi - lo, offset=offset + lo * dtype.itemsize)
+
+
+def _npy_header(dtype: np.dtype, length: int) -> bytes:
+    """The ``.npy`` header ``np.save`` writes for a 1-D array of ``length`` ``dtype``s; numpy
+    pads it for 21 digits of shape, so its length does not depend on ``length``."""
+    import io
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": np.lib.format.dtype_to_descr(dtype),
+                                               "fortran_order": False, "shape": (length,)})
+    return buf.getvalue()
 
 
 def narrowest(bound: int):
@@ -139,24 +289,28 @@ def _group_starts(sorted_keys: np.ndarray) -> np.ndarray:
 def _packed_sum(keys: np.ndarray, values: np.ndarray):
     """The fast path of ``sum_by_key``: ``key << b | value`` in one int64 when both fit, so a
     plain sort (3-5x faster than a stable argsort plus two gathers, measured on 2.6M entries
-    of a range) replaces the argsort. None when they do not fit."""
+    of a range) replaces the argsort. None when they do not fit. Holds two int64 arrays of
+    the input's length besides it."""
     vmin, vmax = int(values.min()), int(values.max())
     if vmin < 0:
         return None
     b = max(vmax.bit_length(), 1)
     if int(keys.max()).bit_length() + b > 63:
         return None
-    packed = (keys.astype(np.int64) << b) | values
+    packed = keys.astype(np.int64)                  # a copy: the one array of the sort
+    packed <<= b
+    packed |= values
     packed.sort()
-    k = packed >> b
-    starts = _group_starts(k)
-    if vmin == vmax:                                  # unit weights (level 0): counts
-        sums = np.diff(np.append(starts, len(k))) * vmin
+    total = None if vmin == vmax else packed & ((1 << b) - 1)
+    packed >>= b                                      # now the sorted keys
+    starts = _group_starts(packed)
+    if total is None:                                 # unit weights (level 0): counts
+        sums = np.diff(np.append(starts, len(packed))) * vmin
     else:                                             # a cumsum is cheaper than reduceat
-        total = np.cumsum(packed & ((1 << b) - 1))
-        ends = total[np.append(starts[1:], len(k)) - 1]
+        np.cumsum(total, out=total)
+        ends = total[np.append(starts[1:], len(packed)) - 1]
         sums = ends - np.concatenate([[0], ends[:-1]])
-    return k[starts], sums
+    return packed[starts], sums
 
 
 def best_per_row(rows: np.ndarray, conn: np.ndarray, tie: np.ndarray) -> np.ndarray:

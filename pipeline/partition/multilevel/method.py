@@ -21,7 +21,7 @@ from ..base import PartitionOptions, create_assignment_files, require_a_node_per
 from ..metis_method import OBJECTIVES, type_offsets
 from .budget import derive_budget, worker_memory_bytes
 from .coarsen import ISOLATED_SHARE, cluster, count_isolated
-from .coarsest import CoarsestTask, partition_coarsest
+from .coarsest import CoarsestTask, partition_coarsest, sparsifier, weight_histogram
 from .contract import contract
 from .layout import Level, write_rows
 from .jet import JetState, jet_refine
@@ -72,9 +72,10 @@ def range_totals(task: tuple[Level, int]) -> np.ndarray:
 class MultilevelPartitioner:
     name = "multilevel"
 
-    def __init__(self, range_size: int = 1 << 17, coarsen_rounds: int = 4,
+    def __init__(self, range_size: int = 1 << 17, coarsen_rounds: int = 8,
                  refine_rounds: int = 12, min_moves: float = 0.001,
-                 refinement: str = "jet", jet_loss: float = 0.25, jet_patience: int = 2):
+                 refinement: str = "jet", jet_loss: float = 0.25, jet_patience: int = 2,
+                 two_hop: bool = True):
         # "jet" (default): Jet rounds (jet.py), up to refine_rounds, ending after
         # jet_patience rounds without a 0.1% better balanced cut (2: at 10^7 edges rounds
         # after the second gain < 0.01%; 1 let a power-law graph's cut reach 1.10x METIS). "lp": positive-gain label propagation within the
@@ -83,7 +84,7 @@ class MultilevelPartitioner:
         # the nodes. jet_loss: a Jet candidate may lose up to this share of its home
         # connection.
         self.refinement, self.jet_loss, self.jet_patience = refinement, jet_loss, jet_patience
-        self.range_size, self.coarsen_rounds = range_size, coarsen_rounds
+        self.range_size, self.coarsen_rounds, self.two_hop = range_size, coarsen_rounds, two_hop
         self.refine_rounds, self.min_moves = refine_rounds, min_moves
         self.info: dict = {}
 
@@ -124,7 +125,8 @@ class MultilevelPartitioner:
             # and grouping those cost Cora 1.10x METIS's cut at k=4 (1.03x without).
             labels, cw = cluster(level, seed * 1000 + len(levels), totals / (k * CAP_FACTOR),
                                  runner, self.coarsen_rounds,
-                                 group_isolated=len(levels) == 1 and many_isolated)
+                                 group_isolated=len(levels) == 1 and many_isolated,
+                                 group_singletons=self.two_hop)
             level, new_entries = contract(level, labels, cw,
                                           os.path.join(work, f"L{len(levels):02d}"), runner,
                                           min_range=max(1, range_size // MIN_RANGE_DIV))
@@ -143,30 +145,48 @@ class MultilevelPartitioner:
         self.levels = levels
         top = levels[-1]
         coarse_parts = top.path("parts.npy")
+        sparse = None
+        if entries // 2 > budget.edges:
+            # Never more than the budget in one task: METIS gets the heaviest coarse edges
+            # only, and the top level is refined on all of them below.
+            sparse = sparsifier(runner(weight_histogram, [(top, r) for r in
+                                                          range(top.num_ranges)],
+                                       "multilevel: sparsify"), 2 * budget.edges, seed)
+            log.warning("multilevel: coarsening stopped at %s nodes / %s edges, above the "
+                        "budget of %s edges: METIS partitions its %s heaviest edges, and "
+                        "refinement the whole level", f"{top.num_nodes:,}",
+                        f"{entries // 2:,}", f"{budget.edges:,}", f"{budget.edges:,}")
         (info,) = runner(partition_coarsest, [CoarsestTask(top, k, seed,
                                                            OBJECTIVES[options.objective],
-                                                           options.imbalance, coarse_parts)],
+                                                           options.imbalance, coarse_parts,
+                                                           sparse)],
                          "multilevel: METIS")
         caps = totals / k * (1 + options.imbalance)
         jet_state = JetState()
+        if sparse is not None or len(levels) == 1:
+            refiner = Refiner(top, k, caps, seed, runner)
+            loads = refiner.balance(coarse_parts, refiner.loads(coarse_parts))
+            if sparse is not None:
+                loads = self._refine(refiner, coarse_parts, loads, jet_state)
         for d in range(len(levels) - 2, -1, -1):
             fine = levels[d]
             refiner = Refiner(fine, k, caps, seed, runner)
             parts = fine.path("parts.npy")
             loads = refiner.project(coarse_parts, fine.path("f2c.npy"), parts)
-            loads = refiner.balance(parts, loads)
-            if self.refinement == "jet":
-                loads = jet_refine(refiner, parts, loads, self.refine_rounds, state=jet_state,
-                                   patience=self.jet_patience, loss=self.jet_loss)
-            else:
-                loads = refiner.refine(parts, loads, self.refine_rounds, self.min_moves)
+            loads = self._refine(refiner, parts, refiner.balance(parts, loads), jet_state)
             coarse_parts = parts
-        if len(levels) == 1:
-            refiner = Refiner(top, k, caps, seed, runner)
-            loads = refiner.balance(coarse_parts, refiner.loads(coarse_parts))
         if (loads > caps[None, :]).any():
             log.warning("multilevel: the output stays over a balance cap (max load/cap %.4f): "
                         "nodes heavier than the room left", float((loads / caps).max()))
         self.info = dict(info, levels=[{"nodes": n, "edges": m} for n, m in sizes],
-                         coarse_edge_budget=budget.edges, budget=budget.how)
+                         coarse_edge_budget=budget.edges, budget=budget.how,
+                         sparsified=sparse is not None)
         return coarse_parts
+
+    def _refine(self, refiner: Refiner, parts: str, loads: np.ndarray,
+                jet_state: JetState) -> np.ndarray:
+        """Refine one level's ``parts`` in place; returns the part loads."""
+        if self.refinement == "jet":
+            return jet_refine(refiner, parts, loads, self.refine_rounds, state=jet_state,
+                              patience=self.jet_patience, loss=self.jet_loss)
+        return refiner.refine(parts, loads, self.refine_rounds, self.min_moves)

@@ -20,13 +20,15 @@ ncon]`` loads and small histograms, and decides from them:
   is over and the target stays within every cap.
 
 Decisions depend only on the previous round's parts: identical for any worker count or range
-size.
+size. Tasks that read the CSR take it block by block of rows (``Level.read_csr_blocks``,
+``connections``): every decision is a node's own, so blocks give the same moves as the range.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,25 +87,49 @@ def project(task: PartsTask) -> np.ndarray:
     return part_loads(parts, np.asarray(task.level.vwgt()[start:stop]), task.num_parts)
 
 
-def connections(task: PartsTask, select=None):
-    """Range ``task.r``'s ``(own parts, vw, entry rows, entry parts, connection weight, own
-    connection)``: per node, the weight of its edges into each part it touches; with
-    ``select(own, vw) -> bool mask``, for the selected rows only (the others get no entries
-    and 0 own connection). Holds the range's CSR."""
-    lv, k = task.level, task.num_parts
-    start, stop = lv.bounds(task.r)
-    csr = lv.read_csr(task.r)
-    own = read_parts(task.parts, slice(start, stop))
-    vw = np.asarray(lv.vwgt()[start:stop])
+@dataclass(frozen=True)
+class Connections:
+    """A block of rows ``start:start + len(own)`` of a range: per node its part and weights,
+    per (node, part) pair with a connection, sorted by (node, part), the node's row in the
+    block, the part and the summed edge weight; per node its connection to its own part."""
+    start: int
+    own: np.ndarray
+    vw: np.ndarray
+    row: np.ndarray
+    q: np.ndarray
+    conn: np.ndarray
+    self_conn: np.ndarray
+
+
+def connections(task: PartsTask, select=None) -> Iterator[Connections]:
+    """Range ``task.r``'s ``Connections``, one per block of its CSR (``read_csr_blocks``);
+    with ``select(own, vw, start) -> bool mask`` (``start``: the block's first node), for the
+    selected rows only (the others get no entries and 0 own connection). Holds one block of
+    the CSR and a few arrays per entry of it: a caller drops its block (``del``) before it
+    asks for the next."""
+    for csr in task.level.read_csr_blocks(task.r):
+        c = _connections(task, csr, select)
+        del csr
+        yield c
+        del c
+
+
+def _connections(task: PartsTask, csr, select) -> Connections:
+    """``connections`` of one CSR block: a few arrays per entry of it while it runs, per
+    (node, part) pair when it returns."""
+    lv = task.level
+    own = read_parts(task.parts, slice(csr.start, csr.stop))
+    vw = np.asarray(lv.vwgt()[csr.start:csr.stop])
     rows, adj, wgt = csr.rows(), csr.adj, csr.wgt
     if select is not None:
-        keep = select(own, vw)[rows]
+        keep = select(own, vw, csr.start)[rows]
         rows, adj, wgt = rows[keep], adj[keep], wgt[keep]
-    row, q, conn = connection_table(rows, read_parts(task.parts, adj), wgt, stop - start, k)
+    row, q, conn = connection_table(rows, read_parts(task.parts, adj), wgt, len(own),
+                                    task.num_parts)
     mine = q == own[row]
-    self_conn = np.zeros(stop - start, dtype=np.int64)
+    self_conn = np.zeros(len(own), dtype=np.int64)
     self_conn[row[mine]] = conn[mine]
-    return own, vw, row, q, conn, self_conn
+    return Connections(csr.start, own, vw, row, q, conn, self_conn)
 
 
 def connection_table(rows: np.ndarray, parts: np.ndarray, wgt: np.ndarray, num_rows: int,
@@ -124,10 +150,10 @@ def connection_table(rows: np.ndarray, parts: np.ndarray, wgt: np.ndarray, num_r
     return hit // k, hit % k, dense[hit]
 
 
-def _refine_moves(task: PartsTask):
-    """Each node's best move this round: ``(rows, targets, gains, own, vw)``."""
-    own, vw, row, q, conn, self_conn = connections(task)
-    start = task.level.bounds(task.r)[0]
+def _refine_moves(task: PartsTask, c: Connections):
+    """Each node's best move this round in block ``c``: ``(rows in the block, targets,
+    gains)``."""
+    own, vw, row, q, conn, self_conn = c.own, c.vw, c.row, c.q, c.conn, c.self_conn
     forward = task.round % 2 == 0
     room = np.asarray(task.room, dtype=np.float64)
     cand = (q > own[row]) if forward else (q < own[row])
@@ -137,8 +163,8 @@ def _refine_moves(task: PartsTask):
     # A constraint the node carries no weight in never blocks it (the target may be over it).
     cand = cand[((w <= room[q[cand]]) | (w == 0)).all(axis=1)]
     row, q, conn = row[cand], q[cand], conn[cand]
-    pick = best_per_row(row, conn, mix(task.seed, task.round, 4, start + row, q))
-    return row[pick], q[pick], conn[pick] - self_conn[row[pick]], own, vw
+    pick = best_per_row(row, conn, mix(task.seed, task.round, 4, c.start + row, q))
+    return row[pick], q[pick], conn[pick] - self_conn[row[pick]]
 
 
 def _moves_path(task: PartsTask) -> str:
@@ -148,14 +174,22 @@ def _moves_path(task: PartsTask) -> str:
 def refine_histogram(task: PartsTask):
     """``(keys = target << GAIN_BITS | gain, [m, ncon] weights, [P] departing node counts)``
     of the range's moves. The moves (row, target, gain) are saved next to ``parts`` for
-    ``refine_apply``, which then needs no second pass over the CSR."""
-    row, q, gain, own, vw = _refine_moves(task)
-    save_npy(_moves_path(task), np.stack([row, q, gain], axis=1))
-    counted = vw[row, :task.level.count_cols].sum(axis=1)
-    departing = np.bincount(own[row], weights=counted, minlength=task.num_parts)
-    keys, weights = sum_by_key((q << GAIN_BITS) | np.minimum(gain, (1 << GAIN_BITS) - 1),
-                               vw[row])
-    return keys, weights, departing.astype(np.int64)
+    ``refine_apply``, which then needs no second pass over the CSR. Holds a block of the
+    CSR (``connections``) and the range's moves."""
+    start = task.level.bounds(task.r)[0]
+    moves, hists = [], []
+    departing = np.zeros(task.num_parts, dtype=np.int64)
+    for c in connections(task):
+        row, q, gain = _refine_moves(task, c)
+        moves.append(np.stack([c.start - start + row, q, gain], axis=1))
+        departing += np.bincount(c.own[row], weights=c.vw[row, :task.level.count_cols].sum(
+            axis=1), minlength=task.num_parts).astype(np.int64)
+        hists.append(sum_by_key((q << GAIN_BITS) | np.minimum(gain, (1 << GAIN_BITS) - 1),
+                                c.vw[row]))
+        del c
+    save_npy(_moves_path(task), np.concatenate(moves))
+    keys, weights = merge_histograms(hists)
+    return keys, weights, departing
 
 
 def refine_apply(task: PartsTask) -> tuple[np.ndarray, int]:
@@ -173,20 +207,21 @@ def refine_apply(task: PartsTask) -> tuple[np.ndarray, int]:
     return write_parts(task, own, vw, row[ok], q[ok])
 
 
-def write_parts(task: PartsTask, own, vw, rows, targets) -> tuple[np.ndarray, int]:
-    """Range ``task.r``'s next parts (``own`` with ``rows`` moved to ``targets``) into
-    ``task.target``; returns (its loads, moves)."""
-    start, stop = task.level.bounds(task.r)
+def write_parts(task: PartsTask, own, vw, rows, targets, start: int | None = None
+                ) -> tuple[np.ndarray, int]:
+    """The next parts of the nodes from ``start`` (default: the range's first) on: ``own``
+    with ``rows`` moved to ``targets``, into ``task.target``; returns (their loads, moves)."""
+    start = task.level.bounds(task.r)[0] if start is None else start
     new = own.copy()
     new[rows] = targets
     write_rows(task.target, start, new)
     return part_loads(new, vw, task.num_parts), len(rows)
 
 
-def _balance_moves(task: PartsTask):
-    """Moves out of over-cap parts: ``(rows, keys, own, vw)``, key = (from, to, gain, bucket).
-    Only the candidates' entries are read into connections (at the finest level of R-MAT,
-    a quarter of them or fewer)."""
+def _balance_moves(task: PartsTask) -> Iterator[tuple[Connections, np.ndarray, np.ndarray]]:
+    """Moves out of over-cap parts, per block of the range (``connections``): ``(the block,
+    its rows, keys)``, key = (from, to, gain, bucket). Only the candidates' entries are read
+    into connections (at the finest level of R-MAT, a quarter of them or fewer)."""
     room = np.asarray(task.room, dtype=np.float64)
     over = room < 0                                                  # [P, ncon]
     caps = np.asarray(task.caps, dtype=np.float64)
@@ -197,23 +232,30 @@ def _balance_moves(task: PartsTask):
     # Each round draws another sample, and never under MIN_SAMPLE of the part.
     share = np.clip(SAMPLE_FACTOR * (np.clip(-room, 0, None) / np.maximum(caps, 1)).max(axis=1),
                     MIN_SAMPLE, 1)                                   # [P]
-    start = task.level.bounds(task.r)[0]
 
-    def candidates(own, vw):
+    def candidates(own, vw, start):
         sampled = (mix(task.seed, 9, task.round, start + np.arange(len(own))) >>
                    np.uint64(11)).astype(np.float64) < share[own] * float(1 << 53)
         return (vw * over[own] > 0).any(axis=1) & sampled
 
-    own, vw, row, q, conn, self_conn = connections(task, candidates)
-    k = task.num_parts
-    cand = np.flatnonzero(candidates(own, vw))
+    for c in connections(task, candidates):
+        rows, keys = _balance_block(task, c, candidates(c.own, c.vw, c.start), room, caps)
+        yield c, rows, keys
+        del c, rows, keys
+
+
+def _balance_block(task: PartsTask, c: Connections, candidates: np.ndarray, room, caps):
+    """``_balance_moves`` of one block: (its candidate rows that have a move, their keys).
+    Holds a few arrays per candidate and a ``[candidates, P]`` table."""
+    own, vw, row, k = c.own, c.vw, c.row, task.num_parts
+    cand = np.flatnonzero(candidates)
     if len(cand) == 0:
-        return cand, cand, own, vw
+        return cand, cand
     local = np.full(len(own), -1, dtype=np.int64)
     local[cand] = np.arange(len(cand))
     sel = local[row] >= 0
     dense = np.zeros((len(cand), k), dtype=np.float64)
-    np.add.at(dense, (local[row[sel]], q[sel]), conn[sel])
+    np.add.at(dense, (local[row[sel]], c.q[sel]), c.conn[sel])
     w = vw[cand][:, None, :]
     fits = ((w <= room[None, :, :]) | (w == 0)).all(axis=2)
     fits[np.arange(len(cand)), own[cand]] = False
@@ -222,30 +264,38 @@ def _balance_moves(task: PartsTask):
     best = score.argmax(axis=1)
     ok = np.isfinite(score[np.arange(len(cand)), best])
     cand, best = cand[ok], best[ok]
-    gain = dense[ok][np.arange(len(cand)), best].astype(np.int64) - self_conn[cand]
+    gain = dense[ok][np.arange(len(cand)), best].astype(np.int64) - c.self_conn[cand]
     gain = np.clip(gain, -(1 << (GAIN_BITS - 1)), (1 << (GAIN_BITS - 1)) - 1) + \
         (1 << (GAIN_BITS - 1))
-    bucket = (mix(task.seed, 5, start + cand) % np.uint64(HASH_BUCKETS)).astype(np.int64)
-    keys = (((own[cand] * k + best) << GAIN_BITS | gain) * HASH_BUCKETS) + bucket
-    return cand, keys, own, vw
+    bucket = (mix(task.seed, 5, c.start + cand) % np.uint64(HASH_BUCKETS)).astype(np.int64)
+    return cand, (((own[cand] * k + best) << GAIN_BITS | gain) * HASH_BUCKETS) + bucket
 
 
 def balance_histogram(task: PartsTask):
     """``(keys, [m, ncon] weights)`` of the range's balance moves, keyed by
-    (from, to, gain, hash bucket)."""
-    rows, keys, _, vw = _balance_moves(task)
-    return sum_by_key(keys, vw[rows])
+    (from, to, gain, hash bucket). Holds one CSR block and the blocks' histograms."""
+    hists = []
+    for c, rows, keys in _balance_moves(task):
+        hists.append(sum_by_key(keys, c.vw[rows]))
+        del c
+    return merge_histograms(hists)
 
 
 def balance_apply(task: PartsTask) -> tuple[np.ndarray, int]:
-    """Apply the moves whose key the client accepted; returns (loads, moves)."""
-    rows, keys, own, vw = _balance_moves(task)
+    """Apply the moves whose key the client accepted, block by block of the CSR (writing
+    each block's rows of the next parts); returns (loads, moves). Holds one block."""
     accepted = np.asarray(task.accept, dtype=np.int64)
-    pos = np.minimum(np.searchsorted(accepted, keys), max(len(accepted) - 1, 0))
-    ok = (accepted[pos] == keys) if len(accepted) else np.zeros(len(keys), dtype=bool)
     k = task.num_parts
-    targets = (keys // HASH_BUCKETS >> GAIN_BITS) % k
-    return write_parts(task, own, vw, rows[ok], targets[ok])
+    loads, moved = 0, 0
+    for c, rows, keys in _balance_moves(task):
+        pos = np.minimum(np.searchsorted(accepted, keys), max(len(accepted) - 1, 0))
+        ok = (accepted[pos] == keys) if len(accepted) else np.zeros(len(keys), dtype=bool)
+        targets = (keys // HASH_BUCKETS >> GAIN_BITS) % k
+        block_loads, block_moved = write_parts(task, c.own, c.vw, rows[ok], targets[ok],
+                                               c.start)
+        loads, moved = loads + block_loads, moved + block_moved
+        del c
+    return loads, moved
 
 
 def merge_histograms(histograms):

@@ -6,7 +6,7 @@ and sorted (so they come bucketed by the range of ``u``), plus, for ``--balance 
 sorted destinations (in-degree counts loops and duplicates, as ``--method metis`` does).
 Phase 2, one task per node range: its slice of every phase-1 file, deduplicated, written as
 the range's CSR with unit weights, and its rows of the vertex weights. A task holds one chunk
-(phase 1) or one range's entries (phase 2).
+(phase 1) or one block of a range's entries (phase 2, ``buckets.key_blocks``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from formats.validate import read_checked_edges
 from ...arrayops import unique_ints
 from ...convert.sources import DataField, open_field
 from ..metis_method import train_column, type_offsets
-from .buckets import Span, read_spans, spans_into, write_bucketed
-from .layout import Level, new_array, write_csr
+from . import layout
+from .buckets import Span, key_blocks, read_spans, span_rows, spans_into, sub_spans, \
+    write_bucketed
+from .layout import CSRWriter, Level, new_array
 
 
 @dataclass(frozen=True)
@@ -76,13 +78,24 @@ class RangeTask:
 
 def build_range(task: RangeTask) -> tuple[int, int]:
     """Merge range ``r`` into its CSR and fill its vertex-weight rows. Returns (stored
-    entries, train nodes)."""
+    entries, train nodes). Holds a block of the range's incoming keys (``key_blocks``) and a
+    few arrays per node of the range."""
     lv, r = task.level, task.r
     start, stop = lv.bounds(r)
     n = lv.num_nodes
-    degree = np.bincount(read_spans(task.dsts)[:, 0] - start, minlength=stop - start)
-    keys = unique_ints(read_spans(task.keys)[:, 0], inplace=True)
-    write_csr(lv, r, keys // n - start, keys % n, np.ones(len(keys), dtype=np.int64))
+    limit = layout.BLOCK_ENTRIES
+    degree = np.zeros(stop - start, dtype=np.int64)
+    for group in span_rows(task.dsts, limit):
+        degree += np.bincount(read_spans(group)[:, 0] - start, minlength=stop - start)
+    blocks = key_blocks(task.keys, start, stop, n, limit)
+    csr = CSRWriter(lv, r, len(blocks))
+    entries = 0
+    for _, _, lo, hi in blocks:
+        keys = unique_ints(read_spans(sub_spans(task.keys, lo, hi))[:, 0], inplace=True)
+        csr.add(keys // n - start, keys % n, None)
+        entries += len(keys)
+        del keys                              # not held while the next block is read
+    csr.close()
     vw = lv.vwgt("r+")
     ids = np.arange(start, stop)
     col = 0
@@ -104,7 +117,7 @@ def build_range(task: RangeTask) -> tuple[int, int]:
     if task.with_in_degree:
         vw[start:stop, col] = degree
     vw.flush()
-    return len(keys), trains
+    return entries, trains
 
 
 def build_level0(graph: ChunkedGraph, balance: tuple[str, ...], folder: str,

@@ -1,0 +1,220 @@
+"""--method multilevel's range tasks read and write a range's CSR in row blocks of at most
+``layout.BLOCK_ENTRIES`` entries plus rows: the same files and parts for any block size, and a
+task's memory bounded by the block instead of the range (which grows with the graph above
+``method.MAX_RANGES`` ranges)."""
+
+import os
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from formats import load_chunked_graph
+from pipeline.cluster import local_runner
+from pipeline.partition.base import PartitionOptions
+from pipeline.partition.multilevel import MultilevelPartitioner, buckets, layout
+from pipeline.partition.multilevel.contract import contract
+from pipeline.partition.multilevel.jet import jet_apply, jet_propose, new_jet_files
+from pipeline.partition.multilevel.layout import (CSRWriter, Level, cut_points, new_array,
+                                                  part_dtype, write_csr)
+from pipeline.partition.multilevel.refine import (PartsTask, balance_histogram,
+                                                  part_loads, refine_apply, refine_histogram)
+from pipeline.partition.multilevel.symmetric import build_level0
+
+
+def test_cut_points_keep_every_block_within_the_limit():
+    rng = np.random.default_rng(0)
+    for limit in (1, 5, 40):
+        sizes = rng.integers(0, 12, 300)
+        sizes[::37] = 100                                # items over the limit alone
+        cost = np.concatenate([[0], np.cumsum(sizes)])
+        cuts = cut_points(cost, limit)
+        assert cuts[0] == 0 and cuts[-1] == len(sizes) and (np.diff(cuts) > 0).all()
+        span = cost[cuts[1:]] - cost[cuts[:-1]]
+        assert ((span <= limit) | (np.diff(cuts) == 1)).all()
+        # greedy: no block could take the next item too
+        nxt = cuts[1:-1] + 1
+        assert (cost[nxt] - cost[cuts[:-2]] > limit).all()
+    assert cut_points(np.zeros(1, dtype=np.int64), 10).tolist() == [0, 0]
+
+
+def random_entries(rng, rows, n, hub=None):
+    """Sorted distinct (row, neighbour) entries of ``rows`` rows over ``n`` nodes; row
+    ``hub`` has n / 2 of them, and a run of rows has none."""
+    deg = rng.integers(0, 9, rows)
+    deg[rows // 3: rows // 3 + 20] = 0
+    if hub is not None:
+        deg[hub] = n // 2
+    row = np.repeat(np.arange(rows), deg)
+    col = rng.integers(0, n, len(row))
+    keys = np.unique(row * n + col)
+    return keys // n, keys % n
+
+
+@pytest.mark.parametrize("weights", ["unit", "small", "wide"])
+def test_csr_writer_writes_the_bytes_of_write_csr(tmp_path, monkeypatch, weights):
+    """Blocks of any size through ``CSRWriter`` give ``write_csr``'s files byte for byte:
+    int32 adj, no weight file for unit weights, int32 or int64 weights as they fit (narrowed
+    in chunks of ``BLOCK_ENTRIES``)."""
+    monkeypatch.setattr(layout, "BLOCK_ENTRIES", 333)
+    rng = np.random.default_rng(1)
+    n, rows = 5000, 700
+    row, col = random_entries(rng, rows, n, hub=500)
+    wgt = {"unit": np.ones(len(row), dtype=np.int64),
+           "small": rng.integers(1, 1000, len(row)),
+           "wide": rng.integers(1, 1 << 40, len(row))}[weights]
+    if weights != "unit":
+        wgt[: len(wgt) // 2] = 1                        # the first blocks all unit weights
+    ref, got = (Level(str(tmp_path / x), n, rows, 1, 1) for x in "ab")
+    for lv in (ref, got):
+        os.makedirs(lv.folder)
+    write_csr(ref, 0, row, col, wgt)
+    cuts = np.unique(np.concatenate([[0, rows], rng.integers(0, rows, 9)]))
+    writer = CSRWriter(got, 0, len(cuts) - 1)
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        mine = (row >= a) & (row < b)
+        writer.add(row[mine], col[mine], None if weights == "unit" else wgt[mine])
+    writer.close()
+    assert sorted(os.listdir(ref.folder)) == sorted(os.listdir(got.folder))
+    assert (weights == "unit") == (not os.path.exists(ref.csr_path(0, "wgt")))
+    for name in os.listdir(ref.folder):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_read_csr_blocks_are_the_range(tmp_path):
+    rng = np.random.default_rng(2)
+    n, rows = 3000, 400
+    row, col = random_entries(rng, rows, n, hub=100)
+    lv = Level(str(tmp_path), n, rows, 1, 1)
+    write_csr(lv, 0, row, col, rng.integers(1, 50, len(row)))
+    whole = lv.read_csr(0)
+    for limit in (1, 30, 10**9):
+        blocks = list(lv.read_csr_blocks(0, limit))
+        assert blocks[0].start == 0 and blocks[-1].stop == rows
+        assert all(a.stop == b.start for a, b in zip(blocks, blocks[1:]))
+        assert all(len(b.adj) + b.stop - b.start <= limit or b.stop - b.start == 1
+                   for b in blocks)
+        assert len(blocks) > (1 if limit < 10**9 else 0)
+        np.testing.assert_array_equal(np.concatenate([np.diff(b.indptr) for b in blocks]),
+                                      np.diff(whole.indptr))
+        np.testing.assert_array_equal(np.concatenate([b.adj for b in blocks]), whole.adj)
+        np.testing.assert_array_equal(np.concatenate([b.wgt for b in blocks]), whole.wgt)
+        np.testing.assert_array_equal(np.concatenate([b.rows() + b.start for b in blocks]),
+                                      whole.rows())
+
+
+class Counted:
+    """Counts the blocks of ``read_csr_blocks``, and the CSR writers and merges of more than
+    one block, while patched in."""
+
+    def __init__(self, monkeypatch):
+        self.reads = self.writers = self.merged = 0
+        read, init, split = Level.read_csr_blocks, CSRWriter.__init__, buckets.key_blocks
+
+        def counting_read(level, r, max_entries=None):
+            for csr in read(level, r, max_entries):
+                self.reads += 1
+                yield csr
+
+        def counting_init(writer, level, r, blocks):
+            self.writers += blocks > 1
+            init(writer, level, r, blocks)
+
+        def counting_split(*args):
+            out = split(*args)
+            self.merged += len(out) > 1
+            return out
+        monkeypatch.setattr(Level, "read_csr_blocks", counting_read)
+        monkeypatch.setattr(CSRWriter, "__init__", counting_init)
+        for module in ("contract", "symmetric"):
+            monkeypatch.setattr(f"pipeline.partition.multilevel.{module}.key_blocks",
+                                counting_split)
+
+
+@pytest.mark.parametrize("refinement", ["jet", "lp"])
+def test_same_parts_for_any_block_size(homo, tmp_path, monkeypatch, refinement):
+    """The same seed gives the same parts with blocks of 5000 entries (a dozen or more per
+    range, in every pass that reads or writes a CSR) as with one block per range."""
+    g = load_chunked_graph(str(homo))
+    opts = PartitionOptions(4, 7, ("train", "edges"), "cut", 0.03, 10_000)
+
+    def run(out):
+        ml = MultilevelPartitioner(range_size=4096, refinement=refinement)
+        ml.assign(g, opts, local_runner, str(out))
+        return np.load(out / "_N.npy"), ml
+
+    one, ml = run(tmp_path / "one")
+    assert len(ml.info["levels"]) >= 3
+    count = Counted(monkeypatch)
+    monkeypatch.setattr(layout, "BLOCK_ENTRIES", 5000)
+    blocked, _ = run(tmp_path / "blocked")
+    ranges = -(-g.num_nodes["_N"] // 4096)
+    assert count.reads > 20 * ranges and count.writers >= ranges and count.merged >= 2
+    np.testing.assert_array_equal(one, blocked)
+    assert len(np.unique(one)) == 4
+
+
+def traced(fn, *args):
+    """``fn(*args)`` and the peak of the memory it allocated (numpy arrays are traced)."""
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        out = fn(*args)
+        return out, tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+def files_of(folder):
+    return {name: open(os.path.join(folder, name), "rb").read()
+            for name in sorted(os.listdir(folder)) if name.endswith(".npy")}
+
+
+def test_task_memory_is_bounded_by_the_block(homo, tmp_path, monkeypatch):
+    """One range of 20k nodes and ~400k entries: with blocks of 2^13 entries every task that
+    holds entries (level 0's CSR, contraction, Jet, refinement, balance) peaks at under a
+    third of what it holds with the range as one block, with the same output."""
+    g = load_chunked_graph(str(homo))
+    k, peaks, outputs = 4, {}, {}
+    for limit in (1 << 30, 1 << 13):
+        monkeypatch.setattr(layout, "BLOCK_ENTRIES", limit)
+        root = tmp_path / str(limit)
+        level, peaks["range CSR", limit] = traced(
+            build_level0, g, ("edges",), str(root / "L0"), 1 << 20, local_runner)
+        assert level.num_ranges == 1 and level.num_entries() > 30 * (1 << 13)
+        n = level.num_nodes
+        os.makedirs(level.path("coarsen"))                    # as cluster() leaves it
+        labels, cw = level.path("coarsen/labels.npy"), level.path("coarsen/cw.npy")
+        new_array(labels, (n,))
+        new_array(cw, (n, level.ncon))
+        np.load(labels, mmap_mode="r+")[:] = np.arange(n) // 2 * 2     # pairs
+        w = np.load(cw, mmap_mode="r+")
+        w[::2] = np.add.reduceat(np.asarray(level.vwgt()), np.arange(0, n, 2))
+        w.flush()
+        (coarse, _), peaks["contract", limit] = traced(
+            contract, level, labels, cw, str(root / "L1"), local_runner)
+        parts = level.path("parts.npy")
+        new_array(parts, (n,), part_dtype(k))
+        np.load(parts, mmap_mode="r+")[:] = np.random.default_rng(3).integers(0, k, n)
+        loads = part_loads(np.load(parts).astype(np.int64), np.asarray(level.vwgt()), k)
+        caps = loads.sum(axis=0) / k * np.array([[1.03], [0.99]])      # refine, balance
+        task = PartsTask(level, 0, k, parts, target=level.path("next.npy"), round=1, seed=5,
+                         room=tuple(map(tuple, (caps[0] - loads).tolist())))
+        new_array(task.target, (n,), part_dtype(k))
+        files = new_jet_files(level, parts, k)
+        res, peaks["jet", limit] = traced(jet_propose, (task, files, 0.25))
+        res2, peaks["jet apply", limit] = traced(jet_apply, (task, files))
+        hist, peaks["refine", limit] = traced(refine_histogram, task)
+        moves, peaks["refine apply", limit] = traced(
+            refine_apply, PartsTask(**{**task.__dict__, "accept": (0,) * k}))
+        bal, peaks["balance", limit] = traced(balance_histogram, PartsTask(**{
+            **task.__dict__, "round": 0, "caps": tuple(caps[1].tolist()),
+            "room": tuple(map(tuple, (caps[1] - loads).tolist()))}))
+        outputs[limit] = (res.cut2, res.loads.tolist(), res.keys.tolist(), res2[1],
+                          [h.tolist() for h in hist], moves[1], [b.tolist() for b in bal],
+                          files_of(level.folder), files_of(coarse.folder))
+    one, small = outputs
+    assert outputs[one] == outputs[small]
+    assert len(outputs[one][6][0]) > 0 and outputs[one][5] > 0      # balance and refine move
+    for task in ("range CSR", "contract", "jet", "jet apply", "refine", "balance"):
+        assert peaks[task, small] < peaks[task, one] / 3, (task, peaks)

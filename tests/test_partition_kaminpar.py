@@ -3,7 +3,7 @@ rebalance pass: every node gets a part, every constraint within --imbalance on a
 graph and a heterogeneous one, a cut well below random's, the same output for the same seed, a
 one-line exit 2 without kaminpar, and the chunk -> partition -> dispatch -> verify path.
 
-kaminpar is in the test extra (and the bench extra), so CI runs these."""
+kaminpar is a dependency of graphprep, so CI runs these."""
 
 from __future__ import annotations
 

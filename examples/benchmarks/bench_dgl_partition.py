@@ -19,10 +19,11 @@ On Graph500's R-MAT at scale 20 (``prep synth --generator rmat``: 2^20 nodes, 16
    edge cut from the partition's statistics; ``auto`` also says what it chose.
 
 Ratios to DGL: total seconds (partition + dispatch over read + build + partition_graph) and the
-larger worker peak over DGL's peak. DGL balances nodes and edges here (``balance_edges``), as
-the issue asks; graphprep's default also balances training nodes. Needs dgl and torch (the test
-extra: ``pip install -c constraints.txt -e '.[test]'``) and kaminpar (test or bench extra); a
-peer that does not import is reported with the reason.
+larger worker peak over DGL's peak. DGL balances edges here (``balance_edges``, as the issue
+asks: METIS's one vertex weight is then the in-degree, node counts are not balanced);
+graphprep's default balances node counts, edges and training nodes. Needs dgl and torch (the
+test extra: ``pip install -c constraints.txt -e '.[test]'``) and kaminpar (a dependency of
+graphprep); a peer that does not import is reported with the reason.
 ``--quick``: R-MAT scale 13 (131,072 edges), 8-dim features (seconds; for the test suite).
 DGL gets every input edge row, as prep dispatch keeps them: R-MAT repeats some edges and has
 self-loops, and DGL 1.1.3 hands its symmetrized graph to METIS without removing them (METIS

@@ -15,7 +15,7 @@ Parquet chunks, builds the same symmetric CSR with numpy and calls ``pymetis.par
 which balances node counts only: compare it with ``--balance ntypes``). metis and multilevel
 run with the CLI's default ``--balance`` unless ``--balance`` says otherwise.
 
-KaMinPar (issue 32; ``pip install kaminpar``, the bench extra) in the same run, twice:
+KaMinPar (issue 32; ``pip install kaminpar``, a dependency of graphprep) in the same run, twice:
 ``kaminpar``, the peer: a fresh single process reads the same Parquet chunks, builds the same
 symmetric deduplicated CSR as the pymetis baseline, gives KaMinPar (default context, 2 threads,
 seed 0, 3% imbalance) ONE combined vertex weight, node count + in-degree (each over its total,
@@ -119,7 +119,7 @@ RESULT = {{"seconds": seconds, "seconds_without_csr_build": seconds - csr_s,
           "imbalance_nodes": round(float(nodes.max() / nodes.mean()), 4),
           "imbalance_edges": round(float(edges.max() / edges.mean()), 4)}}
 """
-KAMINPAR_MISSING = ("kaminpar is not installed: pip install -c constraints.txt '.[bench]' "
+KAMINPAR_MISSING = ("kaminpar is not installed: pip install -c constraints.txt -e . "
                     "(from the project root)")
 
 

@@ -49,8 +49,8 @@ from .metis_method import (OBJECTIVES, MetisTask, check_whole_graph_options, enf
 from .parhip import mapped_adjacency, write_parhip
 from .rebalance import loads_of
 
-KAMINPAR_MISSING = ("--method kaminpar needs KaMinPar's Python bindings: pip install kaminpar "
-                    "(or pip install 'graphprep[bench]')")
+KAMINPAR_MISSING = ("--method kaminpar needs KaMinPar's Python bindings (a dependency of "
+                    "graphprep): pip install kaminpar")
 THREADS = 1
 SCRATCH = ".kaminpar"
 # The combined weights' total stays below this, so that a 32-bit KaMinPar build (and our 32-bit
@@ -58,9 +58,10 @@ SCRATCH = ".kaminpar"
 WEIGHT_LIMIT = (1 << 31) - 1
 # KaMinPar's parts at most this far over a cap (load / cap) are left to the rebalance pass.
 REPAIRABLE = 1.1
-# Blocks per part where KaMinPar's own parts are too far apart. On R-MAT scale 19 (cut after the rebalance, 2 / 4 / 8
-# parts): 4 per part 3,877,299 / 5,816,491 / 6,814,932 input edges, 8: 3,870,611 / 5,836,495 /
-# 6,868,658, 16: 3,879,123 / - / 6,900,143 (METIS: 3,703,338 / 5,681,459 / 6,788,052).
+# Blocks per part where KaMinPar's own parts are too far apart. On R-MAT scale 19 (cut after
+# the rebalance, 2 / 4 / 8 parts): 4 per part 3,877,299 / 5,816,491 / 6,814,932 input edges,
+# 8: 3,870,611 / 5,836,495 / 6,868,658, 16: 3,879,123 / - / 6,900,143 (METIS: 3,703,338 /
+# 5,681,459 / 6,788,052).
 BLOCKS_PER_PART = 4
 MAX_BLOCKS_PER_PART = 32
 

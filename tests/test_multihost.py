@@ -324,7 +324,7 @@ def test_frozen_host_b_is_named_in_one_line_with_the_step_host_a_waited_in(hosts
             rf"\[rank 0\] ERROR trainer: rank 0: no answer from rank 1 \(host "
             rf"{re.escape(socket.gethostname())} at {re.escape(hosts.b.address)}, pid "
             rf"{_ns_pid(ranks_b[0].pid)}\) within --rpc-timeout {timeout} s while waiting "
-            r"in the [a-z /-]+ of epoch \d+( batch \d+)?$", line)]
+            r"in the [A-Za-z /-]+ of epoch \d+( batch \d+)?$", line)]
         assert len(named) == 1 and own == named, text[-5000:]
         rank_output = text.split("] failed (exitcode:")[0]       # torchrun's agent from there
         for noise in ("Traceback", "Timed out", "ran for more than set timeout"):

@@ -68,6 +68,25 @@ class ChunkFiles:
 
 
 @dataclass(frozen=True)
+class KeyMap:
+    """A node type's original keys (``keys`` in metadata.json): ``by_id`` Parquet files of one
+    column ``key`` in ID order (``rows`` each), and ``by_key`` one Parquet file of
+    ``(key, id)`` per bucket — the top ``bits`` bits of the key's hash
+    (``pipeline.keys.hashing``) — sorted by (hash, key). ``kind``: "integer" (int64) or
+    "string" (binary; UTF-8 for text)."""
+
+    kind: str
+    bits: int
+    by_id: tuple[str, ...]
+    rows: tuple[int, ...]
+    by_key: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "bits": self.bits, "by_id": list(self.by_id),
+                "rows_per_file": list(self.rows), "by_key": list(self.by_key)}
+
+
+@dataclass(frozen=True)
 class ChunkedGraph:
     """A chunked graph on disk. Paths in ``ChunkFiles`` are relative to ``root`` (or URLs).
 
@@ -84,6 +103,7 @@ class ChunkedGraph:
     edges: dict[EdgeType, ChunkFiles]
     node_data: dict[str, dict[str, ChunkFiles]] = field(default_factory=dict)
     edge_data: dict[EdgeType, dict[str, ChunkFiles]] = field(default_factory=dict)
+    keys: dict[str, KeyMap] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
 
     @property
@@ -114,6 +134,7 @@ class ChunkedGraph:
                           for t, d in self.node_data.items()},
             "edge_data": {str(et): {k: v.to_json() for k, v in d.items()}
                           for et, d in self.edge_data.items()},
+            **({"keys": {t: m.to_json() for t, m in self.keys.items()}} if self.keys else {}),
         }
 
 
@@ -212,7 +233,8 @@ class _Loader:
         return ChunkedGraph(root=root, graph_name=str(name), node_types=tuple(node_types),
                             num_nodes=num_nodes, node_chunks=node_chunks, edge_types=edge_types,
                             edge_chunks=edge_chunks, edges=edges, node_data=node_data,
-                            edge_data=edge_data, format_version=version)
+                            edge_data=edge_data, keys=self.key_maps(num_nodes),
+                            format_version=version)
 
     def node_counts(self, node_types: list[str]):
         per_type = self.meta.get("num_nodes_per_type")
@@ -297,6 +319,34 @@ class _Loader:
                 self.fail(f"edge type '{key}' is not in edge_type", "edges")
         return edges
 
+    def key_maps(self, num_nodes: dict[str, int]) -> dict[str, KeyMap]:
+        section = self.meta.get("keys", {}) or {}
+        if not isinstance(section, dict):
+            self.fail("must be a JSON object", "keys")
+        out = {}
+        for t, entry in section.items():
+            where = f"keys.{t}"
+            if t not in num_nodes:
+                self.fail(f"node type {t!r} is not declared", "keys")
+            if not isinstance(entry, dict) or entry.get("kind") not in ("integer", "string"):
+                self.fail("must be an object whose kind is 'integer' or 'string'", where)
+            bits = entry.get("bits")
+            if not isinstance(bits, int) or isinstance(bits, bool) or not 0 <= bits <= 16:
+                self.fail("must be an integer in [0, 16]", f"{where}.bits")
+            by_id, by_key = entry.get("by_id"), entry.get("by_key")
+            rows = self.count_list(entry.get("rows_per_file"), f"{where}.rows_per_file")
+            if not isinstance(by_id, list) or not all(isinstance(f, str) for f in by_id) \
+                    or len(by_id) != len(rows):
+                self.fail("must list one file per rows_per_file entry", f"{where}.by_id")
+            if sum(rows) != num_nodes[t]:
+                self.fail(f"holds {sum(rows)} keys for {num_nodes[t]} nodes",
+                          f"{where}.rows_per_file")
+            if not isinstance(by_key, list) or len(by_key) != 1 << bits or \
+                    not all(isinstance(f, str) for f in by_key):
+                self.fail(f"must list 2^bits = {1 << bits} files", f"{where}.by_key")
+            out[t] = KeyMap(entry["kind"], bits, tuple(by_id), rows, tuple(by_key))
+        return out
+
     def data_section(self, name: str, owners: dict):
         section = self.meta.get(name, {}) or {}
         if not isinstance(section, dict):
@@ -316,6 +366,8 @@ def _check_files_exist(graph: ChunkedGraph, meta_path: str) -> None:
     entries = [(f"edges.{et}", cf) for et, cf in graph.edges.items()]
     entries += [(f"node_data.{t}.{k}", cf) for t, d in graph.node_data.items() for k, cf in d.items()]
     entries += [(f"edge_data.{et}.{k}", cf) for et, d in graph.edge_data.items() for k, cf in d.items()]
+    entries += [(f"keys.{t}", ChunkFiles("parquet", m.by_id + m.by_key))
+                for t, m in graph.keys.items()]
     for name, cf in entries:
         for i, rel in enumerate(cf.files):
             if not exists(graph.path(rel)):

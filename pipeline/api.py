@@ -118,17 +118,19 @@ def chunk(input: str, out: str, *, kind: str = "auto", chunk_size: int = DEFAULT
           add_reverse_edges: bool = False, dedupe: bool = False, drop_self_loops: bool = False,
           delimiter: str | None = None, header: bool | None = None, src_col=None, dst_col=None,
           num_nodes: dict | None = None, node_data: dict | None = None, name: str | None = None,
-          split_name: str | None = None, nan_policy: str = "error", overwrite: bool = False,
-          client=None, **cluster) -> GraphResult:
+          split_name: str | None = None, map_keys: bool = False, dangling: str = "error",
+          nan_policy: str = "error", overwrite: bool = False, client=None,
+          **cluster) -> GraphResult:
     """Raw ``input`` (see ``prep chunk --help`` for the kinds) into the chunked format at
     ``out``. ``num_nodes``: ``{ntype or "": count}``; ``node_data``: ``{"[type/]name":
-    file}``."""
+    file}``; ``map_keys``/``dangling``: as ``--map-keys``/``--dangling``."""
     from .convert import run_chunk
     from .convert.options import ChunkOptions
     from .convert.writer import Transforms
 
     opts = ChunkOptions(chunk_size, delimiter, header, src_col, dst_col, dict(num_nodes or {}),
-                        {k: _abs(v) for k, v in (node_data or {}).items()}, name, split_name)
+                        {k: _abs(v) for k, v in (node_data or {}).items()}, name, split_name,
+                        map_keys, dangling)
     out = _abs(out)
     graph = run_chunk(_abs(input), out, kind, opts,
                       Transforms(add_reverse_edges, drop_self_loops, dedupe),

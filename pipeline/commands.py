@@ -211,18 +211,28 @@ def _parse_pairs(values, what: str, *, integer: bool) -> dict:
               help="Graph name (default: from INPUT). Planetoid: which dataset (cora, ...).")
 @click.option("--split-name", default=None,
               help="OGB: the folder under split/ to read masks from (default: the only one).")
+@click.option("--map-keys", is_flag=True,
+              help="Edge lists: treat integer endpoints as keys and number them 0..N-1 "
+                   "(sparse IDs such as 2^62 cost no rows). String endpoints are always "
+                   "mapped. The maps are saved under OUT/keys/. Default: integers are IDs.")
+@click.option("--dangling", type=click.Choice(["error", "drop", "add"]), default="error",
+              show_default=True,
+              help="An edge whose key is not in its node type's table: stop naming file, row "
+                   "and key; drop the edge; or add the key as a node (counts are logged).")
 @nan_option
 @overwrite_option
 @cluster_options
 def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loops, delimiter,
-          header, src_col, dst_col, num_nodes, node_data, name, split_name, nan_policy,
-          overwrite, cluster: ClusterOptions):
+          header, src_col, dst_col, num_nodes, node_data, name, split_name, map_keys, dangling,
+          nan_policy, overwrite, cluster: ClusterOptions):
     """Convert raw graph INPUT into the chunked graph format at OUT.
 
     \b
     INPUT kinds:
       csv/parquet  an edge-list file (src,dst per row), or a folder with
-                   edges/<src>__<rel>__<dst>.<ext> and nodes/<ntype>/<name>.<ext>
+                   edges/<src>__<rel>__<dst>.<ext> and nodes/<ntype>/<name>.<ext>;
+                   endpoints that are strings (or, with --map-keys, any integers) are
+                   keys: numbered out of core, the maps saved under OUT/keys/
       npy          .npz or folder of .npy: edge_index (or src, dst), x/feat, y/label, masks
       ogb          OGB node-property dataset folder (raw/*.csv.gz, split/<name>/)
       planetoid    folder with ind.<name>.* (Cora, CiteSeer, PubMed)
@@ -237,7 +247,8 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
         header=header, src_col=src_col, dst_col=dst_col,
         num_nodes=_parse_pairs(num_nodes, "--num-nodes", integer=True),
         node_data=_parse_pairs(node_data, "--node-data", integer=False), name=name,
-        split_name=split_name, nan_policy=nan_policy, overwrite=overwrite, **_on(cluster))
+        split_name=split_name, map_keys=map_keys, dangling=dangling, nan_policy=nan_policy,
+        overwrite=overwrite, **_on(cluster))
     if not result.reused:
         click.echo(_summary(result.graph))
 

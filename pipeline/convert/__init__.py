@@ -55,13 +55,18 @@ def detect_kind(path: str) -> str:
     raise FormatError("cannot tell the input kind; pass --from", file=path)
 
 
-def build_source(path: str, kind: str, opts: ChunkOptions, staging: str, runner,
+def build_source(path: str, kind: str, opts: ChunkOptions, out: str, staging: str, runner,
                  nan_policy: str):
-    """The :class:`SourceGraph` of an input of ``kind``."""
+    """The :class:`SourceGraph` of an input of ``kind`` (keyed edge lists are mapped here,
+    their maps written under ``out``)."""
     from . import arrays_in, dgl, edgelist, ogb, planetoid, pyg
 
     if kind in ("csv", "parquet"):
-        if os.path.isdir(path) and os.path.isdir(os.path.join(path, "edges")):
+        folder = os.path.isdir(path) and os.path.isdir(os.path.join(path, "edges"))
+        keyed = edgelist.keyed_source(path, folder, opts, out, staging, runner)
+        if keyed is not None:
+            return keyed
+        if folder:
             return edgelist.from_edge_folder(path, opts)
         return edgelist.from_edge_file(path, opts)
     if kind == "npy":
@@ -97,7 +102,7 @@ def run_chunk(path: str, out: str, kind: str, opts: ChunkOptions, transforms: Tr
             runner = TaskRunner(client, cluster.progress)
             staging = os.path.join(tmp, "_staging")
             log.info("reading %s as %s", path, kind)
-            source = build_source(path, kind, opts, staging, runner, nan_policy)
+            source = build_source(path, kind, opts, tmp, staging, runner, nan_policy)
             graph = convert_source(source, tmp, opts.chunk_size, transforms, runner)
             if kind == "ogb":
                 from .ogb import check_edge_count

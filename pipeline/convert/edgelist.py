@@ -148,10 +148,11 @@ def from_edge_file(path: str, opts: ChunkOptions) -> SourceGraph:
                        inputs=(path, *opts.node_data.values()))
 
 
-def from_edge_folder(root: str, opts: ChunkOptions) -> SourceGraph:
-    """The folder layout ``edges/<src>__<rel>__<dst>.<ext>`` + ``nodes/<ntype>/<name>.<ext>``."""
+def edge_type_entries(root: str) -> list[tuple[EdgeType, str]]:
+    """``edges/<src>__<rel>__<dst>.<ext>`` (a file, or a folder of files) per edge type, in
+    name order."""
     edge_dir = os.path.join(root, "edges")
-    edges, node_types, seen = [], [], {}
+    found, seen = [], {}
     for entry in sorted(os.listdir(edge_dir)):
         if entry.startswith("."):
             continue  # hidden files (.DS_Store, editors' swap files) are not edge types
@@ -166,7 +167,36 @@ def from_edge_folder(root: str, opts: ChunkOptions) -> SourceGraph:
             raise FormatError(f"edge type '{et}' is given twice: also by {seen[et]!r}",
                               file=os.path.join(edge_dir, entry))
         seen[et] = entry
-        edges.append(EdgeSource(et, tuple(edge_parts(os.path.join(edge_dir, entry), opts))))
+        found.append((et, os.path.join(edge_dir, entry)))
+    return found
+
+
+def keyed_source(path: str, folder: bool, opts: ChunkOptions, out: str, staging: str,
+                 runner) -> SourceGraph | None:
+    """The edge list mapped from keys (``pipeline.convert.keyed``) when its endpoints hold
+    strings or ``--map-keys`` is given; None for plain integer IDs."""
+    from . import keyed
+
+    entries = edge_type_entries(path) if folder else [(HOMO_EDGE, path)]
+    files = [(et, keyed.edge_files(p)) for et, p in entries]
+    files = [(et, f) for et, f in files if f]
+    if not files or not (opts.map_keys or any(keyed.has_string_keys(f, opts)
+                                              for _, f in files)):
+        return None
+    if opts.node_data or (folder and os.path.isdir(os.path.join(path, "nodes"))):
+        raise FormatError("node data files are rows by ID, but this edge list's nodes are "
+                          "keys: give node tables with a key column in a config file "
+                          "(prep chunk CONFIG.yaml OUT)", file=path)
+    tables = [keyed.edge_table(et, f, opts) for et, f in files]
+    name = opts.name or (os.path.basename(os.path.abspath(path)) if folder else _stem(path))
+    return keyed.keyed_source(name, tables, opts, out, staging, runner, (path,))
+
+
+def from_edge_folder(root: str, opts: ChunkOptions) -> SourceGraph:
+    """The folder layout ``edges/<src>__<rel>__<dst>.<ext>`` + ``nodes/<ntype>/<name>.<ext>``."""
+    edges, node_types = [], []
+    for et, path in edge_type_entries(root):
+        edges.append(EdgeSource(et, tuple(edge_parts(path, opts))))
         for t in (et.src, et.dst):  # one at a time: src and dst may be the same new type
             if t not in node_types:
                 node_types.append(t)

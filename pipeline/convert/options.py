@@ -16,6 +16,8 @@ class ChunkOptions:
     node_data: dict[str, str] = field(default_factory=dict)   # "[ntype/]name" -> file
     name: str | None = None               # graph name; planetoid: dataset (cora, citeseer)
     split_name: str | None = None         # OGB: folder under split/
+    map_keys: bool = False                # map integer endpoint keys too (strings always are)
+    dangling: str = "error"               # an edge key missing from its node table
 
     def manifest(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}

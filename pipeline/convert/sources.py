@@ -158,6 +158,22 @@ def _csv_parse_error(err: Exception, path: str, row0: int, rows: list) -> Format
     return FormatError(f"CSV parse error: {err}", file=path)
 
 
+def read_line_range(path: str, start: int, end: int) -> bytes:
+    """The whole lines of a text file whose first byte lies in ``[start, end)``: ranges that
+    tile a file read every line once."""
+    with open_file(path) as f:
+        if start:
+            f.seek(start - 1)
+            f.readline()  # the line straddling start belongs to the previous range
+        pos = f.tell()
+        if pos >= end:
+            return b""
+        data = f.read(end - pos)
+        if data and not data.endswith(b"\n"):
+            data += f.readline()
+        return data
+
+
 @dataclass(frozen=True)
 class CsvRange(EdgePart):
     """Lines of an uncompressed CSV whose first byte lies in ``[start, end)``."""
@@ -171,17 +187,7 @@ class CsvRange(EdgePart):
         return 0 if self.start == 0 else None
 
     def read_bytes(self) -> bytes:
-        with open_file(self.path) as f:
-            if self.start:
-                f.seek(self.start - 1)
-                f.readline()  # the line straddling start belongs to the previous range
-            pos = f.tell()
-            if pos >= self.end:
-                return b""
-            data = f.read(self.end - pos)
-            if data and not data.endswith(b"\n"):
-                data += f.readline()
-            return data
+        return read_line_range(self.path, self.start, self.end)
 
     def blocks(self) -> Iterator[EdgeBlock]:
         data = self.read_bytes()
@@ -591,3 +597,4 @@ class SourceGraph:
     edges: tuple[EdgeSource, ...]
     node_data: dict[str, dict[str, ArraySource]] = field(default_factory=dict)
     inputs: tuple[str, ...] = ()      # paths fingerprinted into the manifest
+    keys: dict = field(default_factory=dict)   # node type -> formats.KeyMap (keyed inputs)

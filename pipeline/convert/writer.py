@@ -260,7 +260,8 @@ def convert_source(source: SourceGraph, out: str, chunk_size: int, transforms: T
                         num_nodes=num_nodes, node_chunks=node_chunks,
                         edge_types=tuple(edge_types), edge_chunks=edge_chunks, edges=edges,
                         node_data=node_data,
-                        edge_data={et: d for et, d in edge_data.items() if d})
+                        edge_data={et: d for et, d in edge_data.items() if d},
+                        keys=dict(source.keys))
 
 
 def _write_node_data(source: SourceGraph, out: str, chunk_size: int, runner):
@@ -329,7 +330,8 @@ def _check_chunk_count(t: str, n: int, chunk_size: int, tasks, results) -> None:
     if chunks <= MAX_CHUNKS_PER_TYPE:
         return
     why = (f"node type {t!r} would have {n:,} nodes in {chunks:,} chunks of {chunk_size:,} "
-           f"rows (at most {MAX_CHUNKS_PER_TYPE:,} chunks): node IDs must be dense, 0-based")
+           f"rows (at most {MAX_CHUNKS_PER_TYPE:,} chunks): node IDs must be dense, 0-based "
+           f"(--map-keys numbers sparse IDs as keys)")
     ends = [(res.max_src, task.part.path, "src") for task, res in zip(tasks, results)
             if task.etype.src == t]
     ends += [(res.max_dst, task.part.path, "dst") for task, res in zip(tasks, results)

@@ -1,0 +1,125 @@
+"""Stable 64-bit hashes of key columns of any supported Arrow type, and the key type a node
+type's keys are compared in.
+
+The hash only places keys in buckets (its top bits) and orders keys that have no node table
+(by hash, then key); equal keys hash equal in every process and on every machine, which
+Python's ``hash`` does not promise. Vectorized: strings are hashed as a polynomial over their
+bytes, ``ROWS_PER_PASS`` rows at a time (a pass holds 8 bytes per byte of those rows).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from formats import FormatError
+
+ROWS_PER_PASS = 1 << 16
+_P = np.uint64(0x100000001B3)               # FNV's 64-bit prime: the polynomial's base
+_STRING, _INTEGER = "string", "integer"
+
+
+def key_kind(dtype: pa.DataType, *, file: str | None = None, field: str | None = None) -> str:
+    """``"integer"`` or ``"string"``: how keys of ``dtype`` are compared (int8..uint64,
+    dates and timestamps as integers; string, binary and their large and view variants as
+    bytes; dictionaries as their values). Raises :class:`FormatError` naming the file and
+    column for a type keys cannot have (floats: 1.0 and 1 would be two keys)."""
+    if pa.types.is_dictionary(dtype):
+        return key_kind(dtype.value_type, file=file, field=field)
+    if (pa.types.is_integer(dtype) or pa.types.is_temporal(dtype)) and not \
+            pa.types.is_duration(dtype):
+        return _INTEGER
+    if (pa.types.is_string(dtype) or pa.types.is_large_string(dtype)
+            or pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype)
+            or pa.types.is_string_view(dtype) or pa.types.is_binary_view(dtype)
+            or pa.types.is_fixed_size_binary(dtype)):
+        return _STRING
+    raise FormatError(f"a key column must hold integers, strings or bytes, not {dtype}",
+                      file=file, field=field)
+
+
+def normalize_keys(keys: pa.Array | pa.ChunkedArray, *, file: str | None = None,
+                   field: str | None = None, row0: int = 0) -> pa.Array:
+    """``keys`` as one array of the type keys of their kind are compared in: int64 for
+    integers (uint64 above 2^63-1 refused), large_binary for strings and bytes (so that a
+    string key and a large_string key are the same key). A null names its row."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    if pa.types.is_dictionary(keys.type):
+        keys = keys.dictionary_decode()
+    if keys.null_count:
+        row = int(np.flatnonzero(keys.is_null().to_numpy(zero_copy_only=False))[0])
+        raise FormatError("missing key", file=file, field=field, row=row0 + row)
+    if key_kind(keys.type, file=file, field=field) == _INTEGER:
+        if pa.types.is_temporal(keys.type):
+            keys = keys.view(pa.int64()) if keys.type.bit_width == 64 else \
+                pc.cast(keys.view(pa.int32()), pa.int64())
+        elif pa.types.is_uint64(keys.type) and len(keys) and pc.max(keys).as_py() >= 1 << 63:
+            row = int(np.flatnonzero(pc.greater_equal(keys, 1 << 63).to_numpy(
+                zero_copy_only=False))[0])
+            raise FormatError(f"key {keys[row].as_py()} is too large (integer keys must be "
+                              f"below 2^63)", file=file, field=field, row=row0 + row)
+        return pc.cast(keys, pa.int64())
+    if pa.types.is_string_view(keys.type) or pa.types.is_binary_view(keys.type) \
+            or pa.types.is_fixed_size_binary(keys.type):
+        keys = pc.cast(keys, pa.binary())
+    return keys.view(pa.large_binary()) if pa.types.is_large_string(keys.type) or \
+        pa.types.is_large_binary(keys.type) else pc.cast(keys.view(pa.binary()),
+                                                       pa.large_binary())
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer: a bijection of uint64 whose every output bit depends on every
+    input bit."""
+    x = x.astype(np.uint64, copy=True)
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(30)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    return x
+
+
+def key_hash(keys: pa.Array) -> np.ndarray:
+    """The uint64 hash of each key of a :func:`normalize_keys` array."""
+    if pa.types.is_int64(keys.type):
+        return mix64(keys.to_numpy(zero_copy_only=False).view(np.uint64))
+    return np.concatenate([_bytes_hash(keys.slice(i, ROWS_PER_PASS))
+                           for i in range(0, len(keys), ROWS_PER_PASS)] or
+                          [np.empty(0, np.uint64)])
+
+
+def _bytes_hash(keys: pa.Array) -> np.ndarray:
+    """Polynomial hash of each large_binary value: sum of byte[i] * P^(len-1-i), mod 2^64,
+    mixed with the length."""
+    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int64)[
+        keys.offset:keys.offset + len(keys) + 1]
+    data = keys.buffers()[2]
+    raw = (np.frombuffer(data, dtype=np.uint8) if data is not None else
+           np.empty(0, np.uint8))[offsets[0]:offsets[-1]]
+    starts = offsets[:-1] - offsets[0]
+    lengths = np.diff(offsets)
+    # Position from the end of its key: the powers of P are read from one table.
+    from_end = np.repeat(starts + lengths, lengths) - np.arange(len(raw)) - 1
+    powers = _powers(int(lengths.max()) if len(lengths) else 0)
+    with np.errstate(over="ignore"):
+        terms = raw.astype(np.uint64) * powers[from_end]
+        total = np.concatenate([[np.uint64(0)], np.cumsum(terms, dtype=np.uint64)])
+        poly = total[starts + lengths] - total[starts]
+        return mix64(poly ^ mix64(lengths.astype(np.uint64) + np.uint64(1)))
+
+
+def _powers(n: int) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.cumprod(np.concatenate([[np.uint64(1)], np.full(max(n - 1, 0), _P)]),
+                          dtype=np.uint64)
+
+
+def bucket_of(hashes: np.ndarray, bits: int) -> np.ndarray:
+    """The bucket of each hash: its top ``bits`` bits, so that buckets are hash ranges in
+    order and numbering by (hash, key) does not depend on the bucket count."""
+    if bits == 0:
+        return np.zeros(len(hashes), dtype=np.int64)
+    return (hashes >> np.uint64(64 - bits)).astype(np.int64)

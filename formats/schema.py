@@ -104,6 +104,7 @@ class ChunkedGraph:
     node_data: dict[str, dict[str, ChunkFiles]] = field(default_factory=dict)
     edge_data: dict[EdgeType, dict[str, ChunkFiles]] = field(default_factory=dict)
     keys: dict[str, KeyMap] = field(default_factory=dict)
+    vocab: dict[str, dict[str, str]] = field(default_factory=dict)   # owner -> field -> file
     format_version: int = FORMAT_VERSION
 
     @property
@@ -135,6 +136,7 @@ class ChunkedGraph:
             "edge_data": {str(et): {k: v.to_json() for k, v in d.items()}
                           for et, d in self.edge_data.items()},
             **({"keys": {t: m.to_json() for t, m in self.keys.items()}} if self.keys else {}),
+            **({"vocab": {o: dict(d) for o, d in self.vocab.items()}} if self.vocab else {}),
         }
 
 
@@ -234,6 +236,7 @@ class _Loader:
                             num_nodes=num_nodes, node_chunks=node_chunks, edge_types=edge_types,
                             edge_chunks=edge_chunks, edges=edges, node_data=node_data,
                             edge_data=edge_data, keys=self.key_maps(num_nodes),
+                            vocab=self.vocabularies(node_types, etype_names),
                             format_version=version)
 
     def node_counts(self, node_types: list[str]):
@@ -319,6 +322,19 @@ class _Loader:
                 self.fail(f"edge type '{key}' is not in edge_type", "edges")
         return edges
 
+    def vocabularies(self, node_types, etype_names) -> dict[str, dict[str, str]]:
+        section = self.meta.get("vocab", {}) or {}
+        owners = set(node_types) | set(etype_names)
+        if not isinstance(section, dict):
+            self.fail("must be a JSON object", "vocab")
+        for owner, fields in section.items():
+            if owner not in owners:
+                self.fail(f"type {owner!r} is not declared", "vocab")
+            if not isinstance(fields, dict) or not all(isinstance(f, str) and f
+                                                       for f in fields.values()):
+                self.fail("must map field names to files", f"vocab.{owner}")
+        return {o: dict(d) for o, d in section.items()}
+
     def key_maps(self, num_nodes: dict[str, int]) -> dict[str, KeyMap]:
         section = self.meta.get("keys", {}) or {}
         if not isinstance(section, dict):
@@ -368,6 +384,8 @@ def _check_files_exist(graph: ChunkedGraph, meta_path: str) -> None:
     entries += [(f"edge_data.{et}.{k}", cf) for et, d in graph.edge_data.items() for k, cf in d.items()]
     entries += [(f"keys.{t}", ChunkFiles("parquet", m.by_id + m.by_key))
                 for t, m in graph.keys.items()]
+    entries += [(f"vocab.{o}", ChunkFiles("parquet", tuple(d.values())))
+                for o, d in graph.vocab.items()]
     for name, cf in entries:
         for i, rel in enumerate(cf.files):
             if not exists(graph.path(rel)):

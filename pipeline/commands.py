@@ -184,8 +184,8 @@ def _parse_pairs(values, what: str, *, integer: bool) -> dict:
 @prep.command()
 @click.argument("input", type=click.Path(exists=True), callback=local_path)
 @click.argument("out", type=click.Path(file_okay=False), callback=local_path)
-@click.option("--from", "kind", type=click.Choice(["auto", "csv", "parquet", "npy", "ogb",
-                                                     "planetoid", "pyg", "dgl"]),
+@click.option("--from", "kind", type=click.Choice(["auto", "tables", "csv", "parquet", "npy",
+                                                     "ogb", "planetoid", "pyg", "dgl"]),
               default="auto", help="Input kind; auto looks at what INPUT holds.")
 @chunk_size_option
 @click.option("--add-reverse-edges", is_flag=True,
@@ -229,6 +229,10 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
 
     \b
     INPUT kinds:
+      tables       a YAML/JSON config naming node and edge tables (CSV/Parquet files,
+                   folders, globs or URLs) with key, feature, categorical, label and
+                   split columns; keys of any type are mapped out of core (README
+                   "Tables in", examples/tables/)
       csv/parquet  an edge-list file (src,dst per row), or a folder with
                    edges/<src>__<rel>__<dst>.<ext> and nodes/<ntype>/<name>.<ext>;
                    endpoints that are strings (or, with --map-keys, any integers) are

@@ -66,8 +66,8 @@ def keys_by_id(out, keymap) -> np.ndarray:
 
 def translated(result, et) -> tuple[np.ndarray, np.ndarray]:
     parts = result.edges[et]
-    return (np.concatenate([np.load(p + ".src.npy") for p, _ in parts]),
-            np.concatenate([np.load(p + ".dst.npy") for p, _ in parts]))
+    return (np.concatenate([np.load(p.prefix + ".src.npy") for p in parts]),
+            np.concatenate([np.load(p.prefix + ".dst.npy") for p in parts]))
 
 
 def test_every_edge_comes_back_by_key_and_table_rows_keep_their_order(tables):

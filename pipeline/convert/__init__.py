@@ -17,7 +17,7 @@ from .writer import Transforms, convert_source
 
 log = logging.getLogger(__name__)
 
-KINDS = ("auto", "csv", "parquet", "npy", "ogb", "planetoid", "pyg", "dgl")
+KINDS = ("auto", "tables", "csv", "parquet", "npy", "ogb", "planetoid", "pyg", "dgl")
 
 
 def detect_kind(path: str) -> str:
@@ -46,6 +46,8 @@ def detect_kind(path: str) -> str:
             return "csv"
     else:
         lower = path.lower()
+        if lower.endswith((".yaml", ".yml", ".json")):
+            return "tables"
         if lower.endswith(".npz") or lower.endswith(".npy"):
             return "npy"
         if lower.endswith((".pt", ".pth")):
@@ -61,6 +63,10 @@ def build_source(path: str, kind: str, opts: ChunkOptions, out: str, staging: st
     their maps written under ``out``)."""
     from . import arrays_in, dgl, edgelist, ogb, planetoid, pyg
 
+    if kind == "tables":
+        from ..tables.config import load_config
+        from .tables_in import from_config
+        return from_config(load_config(path), opts, out, staging, runner)
     if kind in ("csv", "parquet"):
         folder = os.path.isdir(path) and os.path.isdir(os.path.join(path, "edges"))
         keyed = edgelist.keyed_source(path, folder, opts, out, staging, runner)
@@ -92,8 +98,15 @@ def run_chunk(path: str, out: str, kind: str, opts: ChunkOptions, transforms: Tr
     """
     kind = detect_kind(path) if kind == "auto" else kind
     options = {"from": kind, **opts.manifest(), **dataclasses.asdict(transforms)}
-    manifest = make_manifest("chunk", {os.path.abspath(path): fingerprint(path)}, options, None)
     inputs = [path, *opts.node_data.values()]
+    if kind == "tables":
+        from ..tables.config import load_config
+        from ..tables.parts import input_files
+        config = load_config(path)
+        inputs += input_files([f for s in config.nodes + config.edges for f in s.files])
+    fingerprinted = inputs if kind == "tables" else [path]   # a config names its tables
+    manifest = make_manifest("chunk", {os.path.abspath(p): fingerprint(p)
+                                       for p in fingerprinted}, options, None)
     with guarded_output(out, inputs):
         if up_to_date(out, manifest, overwrite):
             return None

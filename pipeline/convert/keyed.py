@@ -96,9 +96,10 @@ def keyed_source(name: str, tables: list[EdgeTable], opts: ChunkOptions, out: st
     edges = []
     for t in tables:
         parts = []
-        for prefix, rows in mapped.edges.get(t.etype, []):
-            src, dst = NpyArray.open(prefix + ".src.npy"), NpyArray.open(prefix + ".dst.npy")
-            parts.append(ArrayEdges(prefix, src=src, dst=dst, start=0, stop=rows))
+        for part in mapped.edges.get(t.etype, []):
+            parts.append(ArrayEdges(part.prefix, src=NpyArray.open(part.prefix + ".src.npy"),
+                                    dst=NpyArray.open(part.prefix + ".dst.npy"), start=0,
+                                    stop=part.rows))
         edges.append(EdgeSource(t.etype, tuple(parts)))
     return SourceGraph(name, node_types, dict(mapped.num_nodes), tuple(edges), {},
                        inputs=inputs, keys=dict(mapped.maps))

@@ -598,3 +598,4 @@ class SourceGraph:
     node_data: dict[str, dict[str, ArraySource]] = field(default_factory=dict)
     inputs: tuple[str, ...] = ()      # paths fingerprinted into the manifest
     keys: dict = field(default_factory=dict)   # node type -> formats.KeyMap (keyed inputs)
+    vocab: dict = field(default_factory=dict)  # owner -> field -> vocabulary file (relative)

@@ -261,7 +261,7 @@ def convert_source(source: SourceGraph, out: str, chunk_size: int, transforms: T
                         edge_types=tuple(edge_types), edge_chunks=edge_chunks, edges=edges,
                         node_data=node_data,
                         edge_data={et: d for et, d in edge_data.items() if d},
-                        keys=dict(source.keys))
+                        keys=dict(source.keys), vocab=dict(source.vocab))
 
 
 def _write_node_data(source: SourceGraph, out: str, chunk_size: int, runner):

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from formats import FormatError
+from ..arrayops import mix
 
 ROWS_PER_PASS = 1 << 16
 _P = np.uint64(0x100000001B3)               # FNV's 64-bit prime: the polynomial's base
@@ -69,23 +70,10 @@ def normalize_keys(keys: pa.Array | pa.ChunkedArray, *, file: str | None = None,
                                                        pa.large_binary())
 
 
-def mix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finalizer: a bijection of uint64 whose every output bit depends on every
-    input bit."""
-    x = x.astype(np.uint64, copy=True)
-    with np.errstate(over="ignore"):
-        x ^= x >> np.uint64(30)
-        x *= np.uint64(0xBF58476D1CE4E5B9)
-        x ^= x >> np.uint64(27)
-        x *= np.uint64(0x94D049BB133111EB)
-        x ^= x >> np.uint64(31)
-    return x
-
-
 def key_hash(keys: pa.Array) -> np.ndarray:
     """The uint64 hash of each key of a :func:`normalize_keys` array."""
     if pa.types.is_int64(keys.type):
-        return mix64(keys.to_numpy(zero_copy_only=False).view(np.uint64))
+        return mix(keys.to_numpy(zero_copy_only=False).view(np.uint64))
     return np.concatenate([_bytes_hash(keys.slice(i, ROWS_PER_PASS))
                            for i in range(0, len(keys), ROWS_PER_PASS)] or
                           [np.empty(0, np.uint64)])
@@ -108,7 +96,7 @@ def _bytes_hash(keys: pa.Array) -> np.ndarray:
         terms = raw.astype(np.uint64) * powers[from_end]
         total = np.concatenate([[np.uint64(0)], np.cumsum(terms, dtype=np.uint64)])
         poly = total[starts + lengths] - total[starts]
-        return mix64(poly ^ mix64(lengths.astype(np.uint64) + np.uint64(1)))
+        return mix(poly, lengths)
 
 
 def _powers(n: int) -> np.ndarray:

@@ -58,14 +58,41 @@ class EdgeTable:
     dst: str
 
 
+@dataclass(frozen=True)
+class TablePartRows:
+    """Where a node table part's rows went: ``rows`` rows, the first at ``first_row`` of its
+    file, with IDs from ``first_id``."""
+
+    first_row: int
+    first_id: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class TranslatedPart:
+    """An edge part as IDs: ``<prefix>.src.npy``/``.dst.npy`` of ``rows`` edges (``dropped``
+    left out, their rows marked False in ``<prefix>.keep.npy``), the first read from row
+    ``first_row`` of its file."""
+
+    prefix: str
+    rows: int
+    first_row: int
+    dropped: int
+
+    @property
+    def keep(self) -> str:
+        return self.prefix + ".keep.npy" if self.dropped else ""
+
+
 @dataclass
 class MappedKeys:
-    """What the mapping made: node counts, maps (paths relative to the output), and per edge
-    type its translated parts: ``(prefix, rows)`` with ``<prefix>.src.npy``/``.dst.npy``."""
+    """What the mapping made: node counts, maps (paths relative to the output), per node
+    table its parts' rows, and per edge type its translated parts."""
 
     num_nodes: dict[str, int]
     maps: dict[str, KeyMap]
-    edges: dict[EdgeType, list[tuple[str, int]]] = field(default_factory=dict)
+    tables: dict[str, list[TablePartRows]] = field(default_factory=dict)
+    edges: dict[EdgeType, list[TranslatedPart]] = field(default_factory=dict)
     dropped_edges: dict[EdgeType, int] = field(default_factory=dict)
     added_nodes: dict[str, int] = field(default_factory=dict)
 
@@ -103,9 +130,11 @@ def map_keys(nodes: list[NodeTable], edges: list[EdgeTable], out: str, staging: 
 
     table_refs: dict[str, list[PieceRef]] = {t: [] for t in ntypes}
     table_rows = {t: 0 for t in ntypes}
+    table_parts: dict[str, list[TablePartRows]] = {t.ntype: [] for t in nodes}
     for task, res, row0 in zip(node_tasks, node_results, first_rows):
         t = task.keys[0].ntype
         table_refs[t].append(PieceRef(task.targets[0], task.part.path, row0, table_rows[t]))
+        table_parts[t].append(TablePartRows(row0, table_rows[t], res.rows))
         table_rows[t] += res.rows
     edge_refs: dict[str, list[PieceRef]] = {t: [] for t in ntypes}
     sides = []          # per edge task: (src index, dst index) among its types' edge pieces
@@ -164,9 +193,11 @@ def map_keys(nodes: list[NodeTable], edges: list[EdgeTable], out: str, staging: 
             SideRef(task.targets[1], _ids_paths(staging, dst_t, bits[dst_t]), i_dst),
             os.path.join(staging, "keyed", table.etype.dirname, f"part-{len(translate):05d}")))
     done = runner(translate_part, translate, "keys: translate edges")
-    result = MappedKeys(num_nodes, maps, added_nodes=added)
-    for task, table, (rows, dropped) in zip(translate, _edge_table_of(edges), done):
-        result.edges.setdefault(table.etype, []).append((task.target, rows))
+    result = MappedKeys(num_nodes, maps, table_parts, added_nodes=added)
+    for task, table, row0, (rows, dropped) in zip(translate, _edge_table_of(edges),
+                                                  first_rows[len(node_tasks):], done):
+        result.edges.setdefault(table.etype, []).append(
+            TranslatedPart(task.target, rows, row0, dropped))
         result.dropped_edges[table.etype] = result.dropped_edges.get(table.etype, 0) + dropped
     for et, n in result.dropped_edges.items():
         if n:

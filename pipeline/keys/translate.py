@@ -44,9 +44,10 @@ def translate_part(task: TranslateTask) -> tuple[int, int]:
     src, dst = side_ids(task.src, task.rows), side_ids(task.dst, task.rows)
     keep = (src >= 0) & (dst >= 0)
     dropped = int(len(keep) - keep.sum())
+    os.makedirs(os.path.dirname(task.target), exist_ok=True)
     if dropped:
         src, dst = src[keep], dst[keep]
-    os.makedirs(os.path.dirname(task.target), exist_ok=True)
+        save_npy(task.target + ".keep.npy", keep)
     save_npy(task.target + ".src.npy", src)
     save_npy(task.target + ".dst.npy", dst)
     return len(src), dropped

@@ -1,0 +1,199 @@
+"""Table columns -> node and edge data, one task per input part, in two passes.
+
+1. :func:`part_vocabulary`: the distinct values of each categorical and label column of a
+   part (at most ``MAX_VOCABULARY``); the client merges them into sorted vocabularies.
+2. :func:`encode_part`: the part's fields as ``.npy`` arrays, in its rows' order (edges
+   dropped by the key mapping left out): features as float32 ``[rows, width]``, categorical
+   and label columns as int64 codes into their vocabulary (a null: the vocabulary's last
+   entry, null, for categoricals; -1, unlabelled, for labels) or a float32 one-hot, and
+   split masks.
+
+A task holds one part's columns and its encoded arrays.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from formats import FormatError
+from formats.output import save_npy
+from ..arrayops import mix
+from .config import SPLIT_NAMES, FieldSpec, SplitSpec
+from .parts import TablePart
+
+MAX_VOCABULARY = 1 << 20
+MAX_ONE_HOT = 1024
+_UNIT = float(2 ** 53)
+
+
+@dataclass(frozen=True)
+class VocabTask:
+    part: TablePart
+    fields: tuple[FieldSpec, ...]          # the categorical and label fields
+
+
+def _read(part: TablePart) -> pa.Table:
+    from ..keys.pieces import read_part
+    return read_part(part)
+
+
+def part_vocabulary(task: VocabTask) -> tuple[list, ...]:
+    """Per field: its distinct non-null values in this part (sorted), then whether it had a
+    null (as the list's last element ``None``)."""
+    table = _read(task.part)
+    out = []
+    for f in task.fields:
+        col = table.column(f.columns[0])
+        _check_category_type(col.type, task.part.path, f.columns[0])
+        values = pc.unique(col.drop_null() if col.null_count else col)
+        if len(values) > MAX_VOCABULARY:
+            raise FormatError(f"more than {MAX_VOCABULARY:,} distinct values in one part: "
+                              f"not a categorical column (a key, or a feature?)",
+                              file=task.part.path, field=f.columns[0])
+        out.append(sorted(values.to_pylist()) + ([None] if col.null_count else []))
+    return tuple(out)
+
+
+def _check_category_type(dtype: pa.DataType, path: str, column: str) -> None:
+    if pa.types.is_floating(dtype):
+        raise FormatError("a categorical or label column must hold strings or integers, not "
+                          "floats", file=path, field=column)
+
+
+def merge_vocabularies(per_part: list[tuple[list, ...]], fields) -> list[list]:
+    """Sorted distinct values per field over all parts (a null last when any part had one).
+    Raises :class:`FormatError` when a column mixes strings and integers across files."""
+    merged = []
+    for i, f in enumerate(fields):
+        values, null = set(), False
+        for part in per_part:
+            vals = part[i]
+            if vals and vals[-1] is None:
+                null, vals = True, vals[:-1]
+            values.update(vals)
+        if len({type(v) for v in values}) > 1:
+            raise FormatError("column holds strings in some files and integers in others",
+                              field=f.columns[0])
+        if len(values) > MAX_VOCABULARY:
+            raise FormatError(f"more than {MAX_VOCABULARY:,} distinct values: not a "
+                              f"categorical column", field=f.columns[0])
+        merged.append(sorted(values) + ([None] if null and f.kind == "categorical" else []))
+    return merged
+
+
+@dataclass(frozen=True)
+class EncodeTask:
+    part: TablePart
+    fields: tuple[FieldSpec, ...]
+    vocabularies: tuple[tuple, ...]      # per field: its vocabulary (() for features)
+    split: SplitSpec | None
+    first_id: int                        # nodes: the ID of the part's first row
+    first_row: int                       # the row, in its file, of the part's first row
+    keep: str                            # edges: a .npy mask of the rows kept ("": all)
+    target: str                          # prefix: <target>.<field>.npy
+    edge_split: object = None            # edges: a pipeline.split_edges.SplitSpec
+    ids: str = ""                        # edges: prefix of the part's IDs (.src/.dst.npy)
+
+
+def encode_part(task: EncodeTask) -> int:
+    """Write the part's fields; returns its rows (after ``keep``)."""
+    table = _read(task.part)
+    n = table.num_rows
+    keep = np.load(task.keep) if task.keep else None
+    arrays = {}
+    for f, vocab in zip(task.fields, task.vocabularies):
+        arrays[f.name] = _encode(f, vocab, table, task)
+    if task.split is not None:
+        arrays.update(_split_masks(task, table, n))
+        _check_labels_in_training(task, arrays)
+    os.makedirs(os.path.dirname(task.target), exist_ok=True)
+    for name, values in arrays.items():
+        save_npy(f"{task.target}.{name}.npy", values[keep] if keep is not None else values)
+    if task.edge_split is not None:
+        from ..split_edges import MASKS, split_codes
+        codes = split_codes(task.edge_split, np.load(task.ids + ".src.npy"),
+                            np.load(task.ids + ".dst.npy"))
+        for code, name in enumerate(MASKS):
+            save_npy(f"{task.target}.{name}.npy", codes == code)
+    return int(keep.sum()) if keep is not None else n
+
+
+def _encode(f: FieldSpec, vocab: tuple, table: pa.Table, task: EncodeTask) -> np.ndarray:
+    if f.kind == "feature":
+        return np.concatenate([_numeric(table.column(c), task, c) for c in f.columns], axis=1
+                              ).astype(f.dtype, copy=False)
+    col = table.column(f.columns[0])
+    _check_category_type(col.type, task.part.path, f.columns[0])
+    values = [v for v in vocab if v is not None]
+    codes = pc.fill_null(pc.index_in(col, value_set=pa.array(values, col.type)), -1)
+    codes = codes.to_numpy(zero_copy_only=False).astype(np.int64)
+    if f.kind == "categorical" and len(vocab) > len(values):
+        codes[codes < 0] = len(values)               # null: the vocabulary's last entry
+    if f.one_hot:
+        if len(vocab) > MAX_ONE_HOT:
+            raise FormatError(f"one_hot needs at most {MAX_ONE_HOT} values, the column has "
+                              f"{len(vocab)}: use codes (one_hot: false) and an embedding",
+                              file=task.part.path, field=f.columns[0])
+        out = np.zeros((len(codes), len(vocab)), dtype=np.float32)
+        out[np.arange(len(codes)), codes] = 1
+        return out
+    return codes
+
+
+def _numeric(col: pa.ChunkedArray, task: EncodeTask, name: str) -> np.ndarray:
+    """A numeric column as ``[rows, 1]``, a list column of one length as ``[rows, length]``."""
+    col = col.combine_chunks()
+    if col.null_count:
+        row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+        raise FormatError("missing value in a feature column", file=task.part.path,
+                          field=name, row=task.first_row + row)
+    if pa.types.is_fixed_size_list(col.type) or pa.types.is_list(col.type) or \
+            pa.types.is_large_list(col.type):
+        lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
+        if len(lengths) and (lengths != lengths[0]).any():
+            row = int(np.flatnonzero(lengths != lengths[0])[0])
+            raise FormatError(f"list has {lengths[row]} values, the first row {lengths[0]}: "
+                              f"a feature list must have one length", file=task.part.path,
+                              field=name, row=task.first_row + row)
+        flat = pc.list_flatten(col)
+        _check_number(flat.type, task, name)
+        width = int(lengths[0]) if len(lengths) else 0
+        return flat.to_numpy(zero_copy_only=False).reshape(len(col), width)
+    _check_number(col.type, task, name)
+    return col.to_numpy(zero_copy_only=False).reshape(-1, 1)
+
+
+def _check_number(dtype, task: EncodeTask, name: str) -> None:
+    if not (pa.types.is_integer(dtype) or pa.types.is_floating(dtype)
+            or pa.types.is_boolean(dtype) or pa.types.is_decimal(dtype)):
+        raise FormatError(f"a feature column must be numeric (or a list of numbers), not "
+                          f"{dtype}: strings go in categorical:", file=task.part.path,
+                          field=name)
+
+
+def _split_masks(task: EncodeTask, table: pa.Table, n: int) -> dict[str, np.ndarray]:
+    s = task.split
+    if s.column:
+        text = pc.utf8_lower(pc.cast(table.column(s.column), pa.string()))
+        return {f"{name}_mask": pc.fill_null(pc.equal(text, name), False).to_numpy(
+            zero_copy_only=False) for name in SPLIT_NAMES}
+    ids = np.arange(task.first_id, task.first_id + n, dtype=np.int64)
+    u = (mix(s.seed, ids) >> np.uint64(11)).astype(np.float64) / _UNIT
+    train, val, test = s.fractions
+    return {"train_mask": u < train, "val_mask": (u >= train) & (u < train + val),
+            "test_mask": (u >= train + val) & (u < train + val + test)}
+
+
+def _check_labels_in_training(task: EncodeTask, arrays: dict) -> None:
+    for f in task.fields:
+        if f.kind != "label":
+            continue
+        bad = np.flatnonzero(arrays["train_mask"] & (arrays[f.name] < 0))
+        if len(bad):
+            raise FormatError("a training row has no label", file=task.part.path,
+                              field=f.columns[0], row=task.first_row + int(bad[0]))

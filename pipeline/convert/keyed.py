@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from formats import EdgeType, FormatError
-from ..keys.job import EdgeTable, map_keys
+from ..keys.job import EdgeTable
 from ..tables.parts import csv_format, is_parquet, parquet_columns, table_parts
 from .options import ChunkOptions
-from .sources import ArrayEdges, EdgeSource, NpyArray, SourceGraph
+from .sources import SourceGraph
 
 
 def _names(path: str, opts: ChunkOptions) -> tuple[str, str, object]:
@@ -88,21 +88,11 @@ def keyed_source(name: str, tables: list[EdgeTable], opts: ChunkOptions, out: st
                  staging: str, runner, inputs: tuple[str, ...]) -> SourceGraph:
     """Map the keys of ``tables`` and return their edges as a :class:`SourceGraph` of IDs,
     with the node counts the mapping found and its maps (written under ``out``)."""
+    from .tables_in import tables_source
     if opts.num_nodes:
         raise FormatError("--num-nodes does not apply to keyed edges: the keys that appear "
                           "are the nodes", field="--num-nodes")
-    mapped = map_keys([], tables, out, staging, runner, opts.dangling)
-    node_types = tuple(dict.fromkeys(n for t in tables for n in (t.etype.src, t.etype.dst)))
-    edges = []
-    for t in tables:
-        parts = []
-        for part in mapped.edges.get(t.etype, []):
-            parts.append(ArrayEdges(part.prefix, src=NpyArray.open(part.prefix + ".src.npy"),
-                                    dst=NpyArray.open(part.prefix + ".dst.npy"), start=0,
-                                    stop=part.rows))
-        edges.append(EdgeSource(t.etype, tuple(parts)))
-    return SourceGraph(name, node_types, dict(mapped.num_nodes), tuple(edges), {},
-                       inputs=inputs, keys=dict(mapped.maps))
+    return tables_source(name, [], {}, tables, {}, opts.dangling, out, staging, runner, inputs)
 
 
 def edge_files(path: str) -> list[str]:

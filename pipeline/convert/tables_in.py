@@ -104,7 +104,7 @@ def _category_fields(fields: Fields) -> tuple[FieldSpec, ...]:
 def _vocabularies(nodes, node_fields, edges, edge_fields, out, runner):
     """``{owner: {field: (relpath, values)}}`` for every categorical and label field."""
     owners = [(t.ntype, t.parts, node_fields[t.ntype]) for t in nodes]
-    owners += [(str(e.etype), e.parts, edge_fields[e.etype]) for e in edges]
+    owners += [(str(e.etype), e.parts, edge_fields.get(e.etype, Fields())) for e in edges]
     tasks, spans = [], []
     for owner, parts, fields in owners:
         cat = _category_fields(fields)

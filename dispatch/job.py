@@ -24,7 +24,7 @@ import numpy as np
 from formats import FormatError, load_chunked_graph
 from formats.assignment import load_assignment
 from formats.integrity import dispatch_id
-from formats.output import (MANIFEST, fingerprint, make_manifest, read_manifest,
+from formats.output import (MANIFEST, fingerprint, link_files, make_manifest, read_manifest,
                             restore_previous, same_work, side_paths, swap_into_place, write_json)
 from formats.partitioned import GRAPH_JSON, PartInfo, PartitionedGraph
 from formats.storage import is_url
@@ -190,7 +190,18 @@ def _dispatch_into(plan: DispatchPlan, local: str, run: TaskRunner, out: str, in
         num_nodes=dict(graph.num_nodes), num_edges=dict(graph.num_edges), node_map=node_map,
         edge_map=edge_map, node_feats=_feat_specs(local, parts[0].path, graph.node_data, "node"),
         edge_feats=_feat_specs(local, parts[0].path, graph.edge_data, "edge"),
-        parts=tuple(parts), source=inputs, dispatch_id=did, num_classes=num_classes)
+        parts=tuple(parts), source=inputs, dispatch_id=did, num_classes=num_classes,
+        **carry_keys(graph, local))
+
+
+def carry_keys(graph, local: str) -> dict:
+    """The chunked graph's key maps (in ID order) and vocabularies, linked into ``local`` so
+    that results can be written by the user's keys; graph.json's ``keys`` and ``vocab``."""
+    keys = {t: {"kind": m.kind, "by_id": list(m.by_id), "rows_per_file": list(m.rows)}
+            for t, m in graph.keys.items()}
+    link_files(graph, [f for m in graph.keys.values() for f in m.by_id] +
+               [f for d in graph.vocab.values() for f in d.values()], local)
+    return {"keys": keys, "vocab": {o: dict(d) for o, d in graph.vocab.items()}}
 
 
 def _feat_specs(local: str, part0: str, section: dict, kind: str) -> dict:

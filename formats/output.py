@@ -189,6 +189,22 @@ def save_npy(path: str, array: np.ndarray) -> None:
         np.save(path, np.ascontiguousarray(array), allow_pickle=False)
 
 
+def link_files(graph, relpaths, out: str) -> None:
+    """Hard-link (or, across file systems, copy) the local files ``relpaths`` of a chunked
+    graph into ``out`` at the same relative paths (URLs and absolute paths are left alone:
+    the metadata names them as they are)."""
+    from .storage import is_url
+    for rel in relpaths:
+        if is_url(rel) or os.path.isabs(rel):
+            continue
+        target = os.path.join(out, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        try:
+            os.link(graph.path(rel), target)
+        except OSError:
+            shutil.copy2(graph.path(rel), target)
+
+
 def package_versions() -> dict[str, str]:
     names = ["graphprep", "numpy", "pyarrow", "dask", "distributed"]
     versions = {"python": platform.python_version()}

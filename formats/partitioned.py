@@ -61,6 +61,10 @@ class PartitionedGraph:
     format_version: int = PARTITIONED_VERSION
     dispatch_id: str = ""                 # also in each part's part.json ("" before manifests)
     num_classes: dict[str, int] = field(default_factory=dict)  # per type with an int `label`
+    # Original keys, where the input had them: per node type {"kind", "by_id", "rows_per_file"}
+    # (Parquet files of one column `key` in original-ID order), and vocabularies per owner.
+    keys: dict[str, dict] = field(default_factory=dict)
+    vocab: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def part_path(self, p: int, *rel: str) -> str:
         return join(join(self.root, self.parts[p].path), "/".join(rel)) if rel else \
@@ -83,7 +87,9 @@ class PartitionedGraph:
             "node_feats": self.node_feats,
             "edge_feats": {str(e): f for e, f in self.edge_feats.items()},
             "parts": [p.to_json() for p in self.parts], "source": self.source,
-            "dispatch_id": self.dispatch_id, "num_classes": self.num_classes}
+            "dispatch_id": self.dispatch_id, "num_classes": self.num_classes,
+            **({"keys": self.keys} if self.keys else {}),
+            **({"vocab": self.vocab} if self.vocab else {})}
 
 
 def load_partitioned(path: str) -> PartitionedGraph:
@@ -117,7 +123,8 @@ def load_partitioned(path: str) -> PartitionedGraph:
                         for i, p in enumerate(meta["parts"])),
             source=meta.get("source", {}), halo_hops=meta.get("halo_hops", 1),
             format_version=version, dispatch_id=str(meta.get("dispatch_id", "")),
-            num_classes={t: int(c) for t, c in meta.get("num_classes", {}).items()})
+            num_classes={t: int(c) for t, c in meta.get("num_classes", {}).items()},
+            keys=meta.get("keys", {}), vocab=meta.get("vocab", {}))
     except KeyError as err:
         raise FormatError("required field is missing", file=path, field=err.args[0]) from None
     _check_ranges(g, path)

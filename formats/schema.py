@@ -119,6 +119,20 @@ class ChunkedGraph:
         """Absolute path (or URL) of a file named in the metadata."""
         return join(self.root, relpath)
 
+    def file_lists(self) -> list[tuple[str, ChunkFiles]]:
+        """Every file list the metadata names, with its field: edges, node and edge data,
+        key maps and vocabularies."""
+        entries = [(f"edges.{et}", cf) for et, cf in self.edges.items()]
+        entries += [(f"node_data.{t}.{k}", cf) for t, d in self.node_data.items()
+                    for k, cf in d.items()]
+        entries += [(f"edge_data.{et}.{k}", cf) for et, d in self.edge_data.items()
+                    for k, cf in d.items()]
+        entries += [(f"keys.{t}", ChunkFiles("parquet", m.by_id + m.by_key))
+                    for t, m in self.keys.items()]
+        entries += [(f"vocab.{o}", ChunkFiles("parquet", tuple(d.values())))
+                    for o, d in self.vocab.items()]
+        return entries
+
     def to_json(self) -> dict:
         """``metadata.json`` content, with both DGL node-count keys."""
         return {
@@ -379,14 +393,7 @@ class _Loader:
 
 
 def _check_files_exist(graph: ChunkedGraph, meta_path: str) -> None:
-    entries = [(f"edges.{et}", cf) for et, cf in graph.edges.items()]
-    entries += [(f"node_data.{t}.{k}", cf) for t, d in graph.node_data.items() for k, cf in d.items()]
-    entries += [(f"edge_data.{et}.{k}", cf) for et, d in graph.edge_data.items() for k, cf in d.items()]
-    entries += [(f"keys.{t}", ChunkFiles("parquet", m.by_id + m.by_key))
-                for t, m in graph.keys.items()]
-    entries += [(f"vocab.{o}", ChunkFiles("parquet", tuple(d.values())))
-                for o, d in graph.vocab.items()]
-    for name, cf in entries:
+    for name, cf in graph.file_lists():
         for i, rel in enumerate(cf.files):
             if not exists(graph.path(rel)):
                 raise FormatError(f"chunk file {rel!r} is missing", file=meta_path,

@@ -20,14 +20,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import shutil
 from dataclasses import dataclass
 
 import numpy as np
 
 from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError, load_chunked_graph
-from formats.output import AtomicOutput, fingerprint, make_manifest, write_array_chunk
-from formats.storage import is_url
+from formats.output import (AtomicOutput, fingerprint, link_files, make_manifest,
+                            write_array_chunk)
 from formats.validate import read_checked_edges
 from .arrayops import mix
 from .cluster import ClusterOptions, TaskRunner, dask_client
@@ -106,19 +105,7 @@ def split_chunk(task: SplitTask) -> list[int]:
 
 def _link_inputs(graph: ChunkedGraph, out: str) -> None:
     """Hard-link (or copy) every local, relative chunk file of ``graph`` into ``out``."""
-    sections = [graph.edges.values()]
-    sections += [d.values() for d in graph.node_data.values()]
-    sections += [d.values() for d in graph.edge_data.values()]
-    for files in (f for section in sections for f in section):
-        for rel in files.files:
-            if is_url(rel) or os.path.isabs(rel):
-                continue
-            target = os.path.join(out, rel)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            try:
-                os.link(graph.path(rel), target)
-            except OSError:
-                shutil.copy2(graph.path(rel), target)
+    link_files(graph, [rel for _, files in graph.file_lists() for rel in files.files], out)
 
 
 def run_split(chunked: str, out: str, spec: SplitSpec, cluster: ClusterOptions,

@@ -3,8 +3,10 @@ whose every row, feature, category, label and edge matches the input by key."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -18,7 +20,8 @@ from formats import EdgeType, FormatError, load_chunked_graph
 from formats.arrays import read_array_chunk, read_edge_chunk
 from pipeline import api
 
-EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "tables")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "tables")
 sys.path.insert(0, EXAMPLE)
 import make_shop  # noqa: E402
 
@@ -26,12 +29,12 @@ BOUGHT = EdgeType("user", "bought", "item")
 
 
 @pytest.fixture(scope="module")
-def shop(tmp_path_factory):
+def shop(scheduler, tmp_path_factory):
     root = tmp_path_factory.mktemp("shop")
     make_shop.make(str(root / "data"), users=1500, items=600, days=2)
     shutil.copy(os.path.join(EXAMPLE, "shop.yaml"), root / "shop.yaml")
-    res = api.chunk(str(root / "shop.yaml"), str(root / "g"), chunk_size=700, workers=2)
-    return root, load_chunked_graph(str(root / "g")), res
+    api.chunk(str(root / "shop.yaml"), str(root / "g"), chunk_size=700, scheduler=scheduler)
+    return root, load_chunked_graph(str(root / "g")), scheduler
 
 
 def keys(g, ntype) -> np.ndarray:
@@ -54,7 +57,7 @@ def vocab(g, owner, name) -> list:
 
 
 def test_node_rows_come_back_by_key(shop):
-    root, g, _ = shop
+    root, g, scheduler = shop
     users = pacsv.read_csv(root / "data" / "users.csv")
     ids = keys(g, "user")
     np.testing.assert_array_equal(ids, users["user_id"].to_numpy(zero_copy_only=False))
@@ -85,7 +88,7 @@ def test_node_rows_come_back_by_key(shop):
 
 
 def test_every_edge_and_its_data_come_back_by_key(shop):
-    root, g, _ = shop
+    root, g, scheduler = shop
     src, dst = edges(g, BOUGHT)
     got = sorted(zip(keys(g, "user")[src], keys(g, "item")[dst],
                      np.round(field(g, BOUGHT, "amount")[:, 0], 2)))
@@ -104,8 +107,8 @@ def test_every_edge_and_its_data_come_back_by_key(shop):
 
 
 def test_same_graph_for_any_chunk_size_and_worker_count(shop, tmp_path):
-    root, g, _ = shop
-    api.chunk(str(root / "shop.yaml"), str(tmp_path / "g"), chunk_size=5000, workers=1)
+    root, g, scheduler = shop
+    api.chunk(str(root / "shop.yaml"), str(tmp_path / "g"), chunk_size=5000, scheduler=scheduler)
     h = load_chunked_graph(str(tmp_path / "g"))
     for t in ("user", "item"):
         np.testing.assert_array_equal(keys(g, t), keys(h, t))
@@ -132,16 +135,16 @@ def config_with(root, tmp_path, **changes) -> str:
 
 
 def test_dangling_edge_key_and_unlabelled_training_row_are_named(shop, tmp_path):
-    root, _, _ = shop
+    root, _, scheduler = shop
     users = pacsv.read_csv(root / "data" / "users.csv")
     pacsv.write_csv(users.slice(0, 1400), tmp_path / "fewer.csv")
     cfg = config_with(root, tmp_path, nodes__0__files=str(tmp_path / "fewer.csv"))
     with pytest.raises(FormatError) as err:
-        api.chunk(cfg, str(tmp_path / "g"), workers=1)
+        api.chunk(cfg, str(tmp_path / "g"), scheduler=scheduler)
     assert "day-00.csv" in err.value.file and "not in node type 'user'" in err.value.message
     assert not os.path.exists(tmp_path / "g")
     res = api.chunk(config_with(root, tmp_path, nodes__0__files=str(tmp_path / "fewer.csv"),
-                                dangling="add"), str(tmp_path / "a"), workers=1)
+                                dangling="add"), str(tmp_path / "a"), scheduler=scheduler)
     assert res.graph.num_nodes["user"] > 1400
     labels = field(load_chunked_graph(str(tmp_path / "a")), "user", "label")
     assert (labels[1400:] == -1).all() and (labels[:1400] >= 0).all()
@@ -153,12 +156,12 @@ def test_dangling_edge_key_and_unlabelled_training_row_are_named(shop, tmp_path)
     cfg = config_with(root, tmp_path, nodes__0__files=str(tmp_path / "nolabel.csv"),
                       nodes__0__split={"column": "none"})
     with pytest.raises(FormatError) as err:
-        api.chunk(cfg, str(tmp_path / "b"), workers=1)
+        api.chunk(cfg, str(tmp_path / "b"), scheduler=scheduler)
     assert "none" in str(err.value)          # a split column that is not in the table
     cfg = config_with(root, tmp_path, nodes__0__files=str(tmp_path / "nolabel.csv"))
     mask = np.zeros(1)
     try:
-        api.chunk(cfg, str(tmp_path / "c"), workers=1)
+        api.chunk(cfg, str(tmp_path / "c"), scheduler=scheduler)
     except FormatError as e:                 # row 7 drew a training split
         assert e.row == 7 and e.field == "segment" and "no label" in e.message
     else:                                    # row 7 drew val/test: allowed, label -1
@@ -167,10 +170,50 @@ def test_dangling_edge_key_and_unlabelled_training_row_are_named(shop, tmp_path)
 
 
 def test_config_mistakes_name_the_field(shop, tmp_path):
-    root, _, _ = shop
+    root, _, scheduler = shop
     cfg = config_with(root, tmp_path, nodes__0__colour="red")
     with pytest.raises(FormatError, match=r"nodes\[0\].*unknown key 'colour'"):
-        api.chunk(cfg, str(tmp_path / "g"), workers=1)
+        api.chunk(cfg, str(tmp_path / "g"), scheduler=scheduler)
     cfg = config_with(root, tmp_path, nodes__0__features={"feat": ["age", "nope"]})
     with pytest.raises(FormatError, match="'nope' not found"):
-        api.chunk(cfg, str(tmp_path / "g"), workers=1)
+        api.chunk(cfg, str(tmp_path / "g"), scheduler=scheduler)
+
+
+@pytest.mark.timeout(900)
+def test_tables_to_training_to_predictions_by_key(shop, tmp_path):
+    """Heterogeneous tables keyed by strings: chunk -> partition -> dispatch -> R-GCN on
+    users' segments -> embed. Training beats chance (4 balanced classes: 0.25) by a margin,
+    and predictions and embeddings come back keyed by the users' UUIDs, every key once."""
+    root, _, scheduler = shop
+    from conftest import run_prep
+    run_prep(scheduler, "partition", root / "g", tmp_path / "a", "-p", 2)
+    run_prep(scheduler, "dispatch", root / "g", tmp_path / "a", tmp_path / "d")
+    run_prep(scheduler, "verify", root / "g", tmp_path / "d")
+    common = ["--no-progress", "--threads", "1"]
+    train = ["--graph", tmp_path / "d", "--target", "user", "--model", "rgcn", "--fanouts",
+             "10,5", "--epochs", 8, "--batch-size", 128, "--lr", 0.01, "--checkpoint-dir",
+             tmp_path / "ck", "--metrics-out", tmp_path / "m.json", *common]
+    done = subprocess.run([sys.executable, "-m", "trainer", *map(str, train)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "m.json").read_text())["summary"]
+    assert summary["test_acc"] > 0.4, summary
+    embed = ["--graph", tmp_path / "d", "--checkpoint", tmp_path / "ck", "--out",
+             tmp_path / "e", *common]
+    done = subprocess.run([sys.executable, "-m", "trainer", "embed", *map(str, embed)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    users = pacsv.read_csv(root / "data" / "users.csv")
+    truth = dict(zip(users["user_id"].to_pylist(), users["segment"].to_pylist()))
+    pred = pq.read_table(tmp_path / "e" / "user" / "predictions.parquet")
+    keys = pred["key"].to_pylist()
+    assert sorted(keys) == sorted(truth)                       # every key, once
+    accuracy = np.mean([truth[k] == c for k, c in zip(keys, pred["prediction"].to_pylist())])
+    assert accuracy > 0.4
+    for t, table in (("user", users["user_id"]), ("item", pq.read_table(
+            root / "data" / "items.parquet")["asin"])):
+        emb = pq.read_table(tmp_path / "e" / t / "embeddings.parquet")
+        assert sorted(emb["key"].to_pylist()) == sorted(table.to_pylist())
+        rows = np.load(tmp_path / "e" / t / "embeddings.npy")
+        np.testing.assert_array_equal(np.stack(emb["embedding"].to_numpy(
+            zero_copy_only=False)), rows)

@@ -15,7 +15,9 @@ output, for the types it gives rows for), for node classification also ``<target
 and ``<target>/predictions.npy`` (int64), with learnable embeddings (``--featureless embed``)
 ``<ntype>/input_embeddings.npy`` of each featureless type (float32 ``[num_nodes,
 --embedding-dim]``: the trained input rows, loaded from the checkpoint's part shards, which
-are also what the model reads), and ``embed.json``: the files, the inference mode,
+are also what the model reads); where the input had keys (``prep chunk`` of tables), the same
+by key: ``<ntype>/embeddings.parquet`` (key, embedding[, input_embedding]) and
+``<target>/predictions.parquet`` (key, predicted class name, class index); and ``embed.json``: the files, the inference mode,
 the checkpoint, and the metrics of these outputs beside the sampled evaluation recorded in the
 checkpoint at the same epoch. A rank holds its part's outputs of two layers (owned nodes x
 width, float32) and one batch's neighborhoods.
@@ -207,6 +209,8 @@ def _infer_and_write(rank, cfg, model, batch_size: int, state: dict, checkpoint:
     metrics = _metrics(rank, cfg, model, final)
     dist.barrier()
     if first:
+        from ..runtime.keyed_outputs import write_keyed_outputs
+        keyed = write_keyed_outputs(rank.part.graph, partial)
         epoch = state["history"][-1]["epoch"]
         sampled = {k: v for k, v in state["history"][-1].items()
                    if k.startswith(("val_", "test_"))}
@@ -215,6 +219,7 @@ def _infer_and_write(rank, cfg, model, batch_size: int, state: dict, checkpoint:
                        "checkpoint": os.path.abspath(checkpoint), "epoch": epoch, "task": cfg.task,
                        "files": {f"{t}/{name}": [list(shape), dtype]
                                  for (t, name), (_, shape, dtype) in files.items()},
+                       "keyed_files": keyed,
                        "inference": mode,
                        "full_neighbor" if mode == LAYER_WISE else "sampled_inference": metrics,
                        "sampled_at_training": sampled}, f, indent=1)

@@ -114,7 +114,7 @@ def synth(out: str, *, generator: str = "planted", nodes: int | None = None,
     return _graph_result(out, graph)
 
 
-def chunk(input: str, out: str, *, kind: str = "auto", chunk_size: int = DEFAULT_CHUNK,
+def chunk(input: str | dict, out: str, *, kind: str = "auto", chunk_size: int = DEFAULT_CHUNK,
           add_reverse_edges: bool = False, dedupe: bool = False, drop_self_loops: bool = False,
           delimiter: str | None = None, header: bool | None = None, src_col=None, dst_col=None,
           num_nodes: dict | None = None, node_data: dict | None = None, name: str | None = None,
@@ -122,8 +122,10 @@ def chunk(input: str, out: str, *, kind: str = "auto", chunk_size: int = DEFAULT
           nan_policy: str = "error", overwrite: bool = False, client=None,
           **cluster) -> GraphResult:
     """Raw ``input`` (see ``prep chunk --help`` for the kinds) into the chunked format at
-    ``out``. ``num_nodes``: ``{ntype or "": count}``; ``node_data``: ``{"[type/]name":
-    file}``; ``map_keys``/``dangling``: as ``--map-keys``/``--dangling``."""
+    ``out``. ``input`` may also be a tables config as a dict (as the YAML file would parse;
+    relative paths relative to the working folder). ``num_nodes``: ``{ntype or "": count}``;
+    ``node_data``: ``{"[type/]name": file}``; ``map_keys``/``dangling``: as
+    ``--map-keys``/``--dangling``."""
     from .convert import run_chunk
     from .convert.options import ChunkOptions
     from .convert.writer import Transforms
@@ -132,10 +134,27 @@ def chunk(input: str, out: str, *, kind: str = "auto", chunk_size: int = DEFAULT
                         {k: _abs(v) for k, v in (node_data or {}).items()}, name, split_name,
                         map_keys, dangling)
     out = _abs(out)
-    graph = run_chunk(_abs(input), out, kind, opts,
-                      Transforms(add_reverse_edges, drop_self_loops, dedupe),
-                      cluster_options(client, **cluster), nan_policy, overwrite)
+    config = input if isinstance(input, dict) else None
+    path = os.path.join(os.getcwd(), "config (dict)") if config is not None else _abs(input)
+    graph = run_chunk(path, out, kind, opts, Transforms(add_reverse_edges, drop_self_loops,
+                                                        dedupe),
+                      cluster_options(client, **cluster), nan_policy, overwrite, config)
     return _graph_result(out, graph)
+
+
+def node_keys(chunked: str, ntype: str, ids):
+    """The original keys of node IDs ``ids`` of type ``ntype`` of a keyed chunked graph
+    (``prep chunk`` of tables or keyed edge lists) as a pyarrow Array; reads only the map
+    files they are in."""
+    from .keys.lookup import keys_of
+    return keys_of(load_chunked_graph(_abs(chunked)), ntype, ids)
+
+
+def node_ids(chunked: str, ntype: str, keys):
+    """The node IDs (int64 numpy array) of original ``keys`` (-1 where the graph has no such
+    key); reads one map bucket per distinct bucket of the keys."""
+    from .keys.lookup import ids_of
+    return ids_of(load_chunked_graph(_abs(chunked)), ntype, keys)
 
 
 def _graph_result(out: str, graph, **extra) -> GraphResult:

@@ -217,3 +217,20 @@ def test_tables_to_training_to_predictions_by_key(shop, tmp_path):
         rows = np.load(tmp_path / "e" / t / "embeddings.npy")
         np.testing.assert_array_equal(np.stack(emb["embedding"].to_numpy(
             zero_copy_only=False)), rows)
+
+
+def test_python_api_takes_a_dict_and_maps_keys_both_ways(shop, tmp_path, monkeypatch):
+    root, g, scheduler = shop
+    raw = yaml.safe_load(open(root / "shop.yaml"))
+    monkeypatch.chdir(root)                        # relative table paths: the working folder
+    res = api.chunk(raw, str(tmp_path / "g"), chunk_size=700, scheduler=scheduler)
+    h = res.graph
+    np.testing.assert_array_equal(keys(g, "user"), keys(h, "user"))
+    users = keys(g, "user")
+    ids = np.array([5, 0, 1499, 5])
+    assert api.node_keys(str(tmp_path / "g"), "user", ids).to_pylist() == list(users[ids])
+    np.testing.assert_array_equal(
+        api.node_ids(str(tmp_path / "g"), "user", [users[7], "no-such-user", users[3]]),
+        [7, -1, 3])
+    again = api.chunk(raw, str(tmp_path / "g"), chunk_size=700, scheduler=scheduler)
+    assert again.reused

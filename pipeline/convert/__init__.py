@@ -63,10 +63,6 @@ def build_source(path: str, kind: str, opts: ChunkOptions, out: str, staging: st
     their maps written under ``out``)."""
     from . import arrays_in, dgl, edgelist, ogb, planetoid, pyg
 
-    if kind == "tables":
-        from ..tables.config import load_config
-        from .tables_in import from_config
-        return from_config(load_config(path), opts, out, staging, runner)
     if kind in ("csv", "parquet"):
         folder = os.path.isdir(path) and os.path.isdir(os.path.join(path, "edges"))
         keyed = edgelist.keyed_source(path, folder, opts, out, staging, runner)
@@ -90,20 +86,26 @@ def build_source(path: str, kind: str, opts: ChunkOptions, out: str, staging: st
 
 
 def run_chunk(path: str, out: str, kind: str, opts: ChunkOptions, transforms: Transforms,
-              cluster: ClusterOptions, nan_policy: str = "error", overwrite: bool = False):
+              cluster: ClusterOptions, nan_policy: str = "error", overwrite: bool = False,
+              config: dict | None = None):
     """Convert ``path`` into a chunked graph at ``out``; returns it (None when up to date).
+    ``config``: a tables config given as a dict (the Python API), ``path`` then naming it
+    in errors, relative table paths relative to the working folder.
 
     The client holds metadata only, except for in-memory inputs (PyG, Planetoid, ``.npz``),
     which are loaded by the client to be staged as ``.npy`` (see those modules).
     """
-    kind = detect_kind(path) if kind == "auto" else kind
+    kind = "tables" if config is not None else detect_kind(path) if kind == "auto" else kind
     options = {"from": kind, **opts.manifest(), **dataclasses.asdict(transforms)}
-    inputs = [path, *opts.node_data.values()]
+    inputs = [path, *opts.node_data.values()] if config is None else []
+    tables = None
     if kind == "tables":
         from ..tables.config import load_config
         from ..tables.parts import input_files
-        config = load_config(path)
-        inputs += input_files([f for s in config.nodes + config.edges for f in s.files])
+        tables = load_config(path, config)
+        inputs += input_files([f for s in tables.nodes + tables.edges for f in s.files])
+        if config is not None:
+            options["config"] = config
     fingerprinted = inputs if kind == "tables" else [path]   # a config names its tables
     manifest = make_manifest("chunk", {os.path.abspath(p): fingerprint(p)
                                        for p in fingerprinted}, options, None)
@@ -115,7 +117,11 @@ def run_chunk(path: str, out: str, kind: str, opts: ChunkOptions, transforms: Tr
             runner = TaskRunner(client, cluster.progress)
             staging = os.path.join(tmp, "_staging")
             log.info("reading %s as %s", path, kind)
-            source = build_source(path, kind, opts, tmp, staging, runner, nan_policy)
+            if tables is not None:
+                from .tables_in import from_config
+                source = from_config(tables, opts, tmp, staging, runner)
+            else:
+                source = build_source(path, kind, opts, tmp, staging, runner, nan_policy)
             graph = convert_source(source, tmp, opts.chunk_size, transforms, runner)
             if kind == "ogb":
                 from .ogb import check_edge_count

@@ -49,6 +49,7 @@ RUNS = {
     "sampling": ["--workdir", "{work}/w"],
     "edge_feat": ["--workdir", "{work}/w"],
     "chunk": ["--out", "{work}/w"],
+    "keys": [],
     "load_checks": ["--workdir", "{work}/w"],
     "dgl_input": ["--out", "{work}/w"],
     "dgl_partition": ["--workdir", "{work}/w"],
@@ -191,6 +192,17 @@ def test_bench_chunk(runs):
         assert math.isfinite(csv[key]), key
     assert positive(csv["peak_rss_ratio"]) and positive(csv["time_ratio"])
     assert positive(csv["graphprep_chunk_size_2^18"]["peak_rss_ratio"])
+
+
+def test_bench_keys(runs):
+    r = runs.json("keys")
+    (run,) = r["runs"]
+    assert run["edges"] == 10**4 and run["nodes"] == 10**3, run
+    ours, pandas = run["prep_chunk"], run["pandas_factorize"]
+    assert seconds(ours["seconds"]) and rss_per_worker(ours["worker_peak_rss_mb"]), ours
+    assert positive(pandas["peak_rss_mb"]) and pandas["seconds"] >= 0, pandas
+    assert math.isfinite(run["speedup_vs_pandas"])
+    assert os.listdir(runs.work["keys"]) == []       # its scratch folder in the cwd is removed
 
 
 def test_bench_partition(runs):

@@ -103,6 +103,38 @@ def test_read_csr_blocks_are_the_range(tmp_path):
                                       whole.rows())
 
 
+def test_key_blocks_cut_incoming_keys_by_row(tmp_path):
+    """Sorted key tables (three per file, as ``append_bucketed`` leaves them), skewed: most
+    keys in a few rows. Every block is within the limit unless it is one row, the blocks tile
+    the rows, and each span's rows of a block are exactly its keys of those rows."""
+    rng = np.random.default_rng(4)
+    n, start, stop, limit = 1000, 200, 900, 500
+    spans, tables = [], []
+    with open(tmp_path / "k.bin", "wb") as f:
+        for t in range(3):
+            rows = np.concatenate([rng.integers(start, stop, 400), np.full(300 * t, 450),
+                                   rng.integers(600, 610, 600)])
+            keys = np.sort(rows * n + rng.integers(0, n, len(rows)))
+            base, off = buckets.append_bucketed(f, keys, keys, np.array([start, stop]) * n)
+            spans.append(buckets.Span(str(tmp_path / "k.bin"), int(off[0]), int(off[1]),
+                                      "int64", base))
+            tables.append(keys)
+    spans = tuple(spans)
+    blocks = buckets.key_blocks(spans, start, stop, n, limit)
+    assert len(blocks) > 4
+    assert blocks[0][0] == start and blocks[-1][1] == stop
+    assert all(x[1] == y[0] for x, y in zip(blocks, blocks[1:]))
+    for a, b, lo, hi in blocks:
+        got = buckets.read_spans(buckets.sub_spans(spans, lo, hi))[:, 0]
+        want = np.concatenate([k[(k >= a * n) & (k < b * n)] for k in tables])
+        np.testing.assert_array_equal(np.sort(got), np.sort(want))
+        assert len(got) + b - a <= limit or b - a == 1, (a, b, len(got))
+    (one,) = buckets.key_blocks(spans, start, stop, n, 10**6)
+    assert one[:2] == (start, stop)
+    assert one[2].tolist() == [s.start for s in spans] and one[3].tolist() == [s.stop
+                                                                             for s in spans]
+
+
 class Counted:
     """Counts the blocks of ``read_csr_blocks``, and the CSR writers and merges of more than
     one block, while patched in."""

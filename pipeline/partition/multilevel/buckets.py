@@ -23,7 +23,7 @@ from formats.output import writing
 
 from .layout import cut_points
 
-GRID = 8           # key_blocks: candidate cuts per block of rows, before refining
+GRID = 16          # key_blocks: candidate cuts per block of rows, before refining
 
 
 @dataclass(frozen=True)
@@ -116,20 +116,18 @@ def span_rows(spans: tuple[Span, ...], max_rows: int) -> Iterator[tuple[Span, ..
         yield tuple(group)
 
 
-def key_rows(spans: tuple[Span, ...], keys: np.ndarray) -> np.ndarray:
+def key_rows(spans: tuple[Span, ...], keys: np.ndarray, max_rows: int) -> np.ndarray:
     """``[len(spans), len(keys)]``: per span (a table of one key column, sorted), the row
-    where its keys reach each of the sorted ``keys``. Binary searches in the memory-mapped
-    file (one map per file): a few pages per key read."""
-    out = np.empty((len(spans), len(keys)), dtype=np.int64)
-    maps = {}
+    where its keys reach each of the sorted ``keys``. Reads the spans, ``max_rows`` rows at
+    a time (the count of a span's keys below a key is the sum over its pieces). Not by binary
+    searches in a memory map: on files still in the page cache each probe maps ~64 KB
+    (fault-around), and the searches of a range task mapped most of its input (+125 MB of
+    RSS on 16.8M keys)."""
+    out = np.zeros((len(spans), len(keys)), dtype=np.int64)
+    out += np.array([s.start for s in spans], dtype=np.int64)[:, None]
     for i, s in enumerate(spans):
-        raw = maps.get(s.path)
-        if raw is None:
-            raw = maps[s.path] = np.memmap(s.path, dtype=np.uint8, mode="r")
-        itemsize = np.dtype(s.dtype).itemsize
-        first = s.base + s.start * itemsize
-        table = raw[first:first + (s.stop - s.start) * itemsize].view(s.dtype)
-        out[i] = s.start + np.searchsorted(table, keys)
+        for group in span_rows((s,), max_rows):
+            out[i] += np.searchsorted(read_spans(group)[:, 0], keys)
     return out
 
 
@@ -139,8 +137,9 @@ def key_blocks(spans: tuple[Span, ...], start: int, stop: int, n: int, limit: in
     ``row * n + col`` in ``spans`` (each sorted), with at most about ``limit`` incoming rows
     plus rows each: ``(a, b, lo, hi)``, where span ``i``'s rows of the block are
     ``lo[i]:hi[i]`` (``sub_spans``). One block when all of them fit. Else cuts are chosen
-    among a grid of rows (``GRID`` per block, refined where a cell alone is over the limit),
-    by binary searches in the files. Holds the grid: ``len(spans)`` int64 per point."""
+    among a grid of rows (``GRID`` per block), counted by one read of the spans
+    (``key_rows``) and refined, by reading their rows again, where a cell alone is over the
+    limit. Holds ``limit`` keys and ``len(spans)`` int64 per grid point."""
     lo = np.array([s.start for s in spans], dtype=np.int64)
     hi = np.array([s.stop for s in spans], dtype=np.int64)
     total = int((hi - lo).sum())
@@ -148,17 +147,23 @@ def key_blocks(spans: tuple[Span, ...], start: int, stop: int, n: int, limit: in
         return [(start, stop, lo, hi)]
     grid = np.unique(np.linspace(start, stop, min(stop - start, GRID * -(-total // limit)) + 1
                                  ).astype(np.int64))
-    for _ in range(4):
-        pos = key_rows(spans, grid * n)
+    pos = key_rows(spans, grid * n, limit)
+    for _ in range(3):
         cell = np.diff(pos.sum(axis=0)) + np.diff(grid)
         big = np.flatnonzero((cell > limit) & (np.diff(grid) > 1))
         if len(big) == 0:
             break
-        extra = [np.linspace(grid[i], grid[i + 1], GRID * -(-int(cell[i]) // limit) + 1)
-                 for i in big]
-        grid = np.unique(np.concatenate([grid] + extra).astype(np.int64))
-    else:
-        pos = key_rows(spans, grid * n)
+        points, rows = [grid], [pos]
+        for i in big:
+            inner = np.unique(np.linspace(grid[i], grid[i + 1], GRID * -(-int(cell[i]) // limit)
+                                          + 1).astype(np.int64))[1:-1]
+            cut = tuple(replace(s, start=int(a), stop=int(b))
+                        for s, a, b in zip(spans, pos[:, i], pos[:, i + 1]))
+            points.append(inner)
+            rows.append(key_rows(cut, inner * n, limit))
+        grid = np.concatenate(points)
+        order = np.argsort(grid, kind="stable")
+        grid, pos = grid[order], np.concatenate(rows, axis=1)[:, order]
     cuts = cut_points(pos.sum(axis=0) + grid, limit)
     return [(int(grid[i]), int(grid[j]), pos[:, i], pos[:, j])
             for i, j in zip(cuts[:-1], cuts[1:])]

@@ -259,7 +259,24 @@ def describe_chunked(root: str) -> dict:
                         "bytes": node_bytes[t]} for t in graph.node_types],
         "edge_types": edge_rows, "node_data": node_fields, "edge_data": edge_fields,
         "bytes": {**sections, "total": sum(sections.values())},
+        "keys": [{"type": t, "kind": m.kind, "keys": sum(m.rows), "buckets": len(m.by_key),
+                  "first": _first_key(graph, t)} for t, m in graph.keys.items()],
+        "vocab": [{"owner": o, "field": f, "values": _rows(graph.path(rel))}
+                  for o, d in graph.vocab.items() for f, rel in d.items()],
     }
+
+
+def _first_key(graph, ntype: str):
+    """ID 0's key, as an example of the type's keys (None for an empty type)."""
+    if not graph.num_nodes[ntype]:
+        return None
+    from .keys.lookup import keys_of
+    return keys_of(graph, ntype, [0])[0].as_py()
+
+
+def _rows(path: str) -> int:
+    import pyarrow.parquet as pq
+    return pq.ParquetFile(path).metadata.num_rows
 
 
 def _describe_field(graph, owner: str, name: str, files: ChunkFiles, rows: int) -> dict:
@@ -624,6 +641,13 @@ def _text_chunked(d: dict) -> str:
                  "bytes"],
                 [[f["type"], f["name"], f["dtype"] or "?", _shape(f["shape"]), f["format"],
                   f["num_chunks"], f["bytes"]] for f in d[section]], {6})]
+    if d.get("keys"):
+        lines += ["", *table(["node type", "keys", "kind", "buckets", "ID 0's key"],
+                             [[k["type"], k["keys"], k["kind"], k["buckets"], str(k["first"])]
+                              for k in d["keys"]])]
+    if d.get("vocab"):
+        lines += ["", *table(["type", "vocabulary of", "values"],
+                             [[v["owner"], v["field"], v["values"]] for v in d["vocab"]])]
     return "\n".join(lines)
 
 

@@ -67,6 +67,9 @@ def test_node_rows_come_back_by_key(shop):
     labels = np.array(vocab(g, "user", "label"))[field(g, "user", "label")]
     np.testing.assert_array_equal(labels, users["segment"].to_numpy(zero_copy_only=False))
     assert vocab(g, "user", "label") == sorted(make_shop.SEGMENTS)
+    from pipeline.inspect import describe
+    shown = {k["type"]: k for k in describe(g.root)["keys"]}
+    assert shown["user"]["keys"] == 1500 and shown["user"]["first"] == ids[0]
     countries = np.array(vocab(g, "user", "country"))[field(g, "user", "country")]
     np.testing.assert_array_equal(countries, users["country"].to_numpy(zero_copy_only=False))
     masks = np.stack([field(g, "user", f"{s}_mask") for s in ("train", "val", "test")])

@@ -28,7 +28,7 @@ def make(out: str, users: int = 2000, items: int = 1000, days: int = 3, seed: in
     segment = rng.integers(0, len(SEGMENTS), users)
     centers = 2 * rng.normal(size=(len(SEGMENTS), 4))
     taste = centers[segment] + rng.normal(size=(users, 4))
-    user_ids = [str(uuid.UUID(int=int(x))) for x in rng.integers(0, 2**63, users)]
+    user_ids = [str(uuid.UUID(bytes=rng.bytes(16))) for _ in range(users)]
     table = {"user_id": user_ids, "age": rng.integers(18, 80, users),
              "spend": np.round(rng.gamma(2.0, 50.0, users), 2)}
     noisy = taste + 3 * rng.normal(size=taste.shape)      # features alone are not enough

@@ -197,9 +197,8 @@ def _dispatch_into(plan: DispatchPlan, local: str, run: TaskRunner, out: str, in
 def carry_keys(graph, local: str) -> dict:
     """The chunked graph's key maps (in ID order) and vocabularies, linked into ``local`` so
     that results can be written by the user's keys; graph.json's ``keys`` and ``vocab``."""
-    keys = {t: {"kind": m.kind, "by_id": list(m.by_id), "rows_per_file": list(m.rows)}
-            for t, m in graph.keys.items()}
-    link_files(graph, [f for m in graph.keys.values() for f in m.by_id] +
+    keys = {t: m.by_id_json() for t, m in graph.keys.items()}
+    link_files(graph.root, [f for m in graph.keys.values() for f in m.by_id] +
                [f for d in graph.vocab.values() for f in d.values()], local)
     return {"keys": keys, "vocab": {o: dict(d) for o, d in graph.vocab.items()}}
 

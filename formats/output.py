@@ -189,10 +189,10 @@ def save_npy(path: str, array: np.ndarray) -> None:
         np.save(path, np.ascontiguousarray(array), allow_pickle=False)
 
 
-def link_files(graph, relpaths, out: str) -> None:
-    """Hard-link (or, across file systems, copy) the local files ``relpaths`` of a chunked
-    graph into ``out`` at the same relative paths (URLs and absolute paths are left alone:
-    the metadata names them as they are)."""
+def link_files(root: str, relpaths, out: str) -> None:
+    """Hard-link (or, across file systems, copy) the local files ``relpaths`` under ``root``
+    into ``out`` at the same relative paths (URLs and absolute paths are left alone: the
+    metadata names them as they are)."""
     from .storage import is_url
     for rel in relpaths:
         if is_url(rel) or os.path.isabs(rel):
@@ -200,9 +200,9 @@ def link_files(graph, relpaths, out: str) -> None:
         target = os.path.join(out, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         try:
-            os.link(graph.path(rel), target)
+            os.link(os.path.join(root, rel), target)
         except OSError:
-            shutil.copy2(graph.path(rel), target)
+            shutil.copy2(os.path.join(root, rel), target)
 
 
 def package_versions() -> dict[str, str]:

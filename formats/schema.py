@@ -85,6 +85,10 @@ class KeyMap:
         return {"kind": self.kind, "bits": self.bits, "by_id": list(self.by_id),
                 "rows_per_file": list(self.rows), "by_key": list(self.by_key)}
 
+    def by_id_json(self) -> dict:
+        """The keys in ID order only, as graph.json and exports carry them."""
+        return {"kind": self.kind, "by_id": list(self.by_id), "rows_per_file": list(self.rows)}
+
 
 @dataclass(frozen=True)
 class ChunkedGraph:

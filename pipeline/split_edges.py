@@ -105,7 +105,7 @@ def split_chunk(task: SplitTask) -> list[int]:
 
 def _link_inputs(graph: ChunkedGraph, out: str) -> None:
     """Hard-link (or copy) every local, relative chunk file of ``graph`` into ``out``."""
-    link_files(graph, [rel for _, files in graph.file_lists() for rel in files.files], out)
+    link_files(graph.root, [rel for _, files in graph.file_lists() for rel in files.files], out)
 
 
 def run_split(chunked: str, out: str, spec: SplitSpec, cluster: ClusterOptions,

@@ -192,6 +192,12 @@ def test_tables_to_training_to_predictions_by_key(shop, tmp_path):
     run_prep(scheduler, "partition", root / "g", tmp_path / "a", "-p", 2)
     run_prep(scheduler, "dispatch", root / "g", tmp_path / "a", tmp_path / "d")
     run_prep(scheduler, "verify", root / "g", tmp_path / "d")
+    run_prep(scheduler, "export", root / "g", tmp_path / "x", "--to", "dgl-chunked")
+    carried = json.loads((tmp_path / "x" / "keys.json").read_text())["keys"]["user"]
+    users_by_id = np.concatenate([pq.read_table(tmp_path / "x" / f)["key"].to_numpy(
+        zero_copy_only=False) for f in carried["by_id"]]).astype(str)
+    assert sorted(users_by_id) == sorted(pacsv.read_csv(root / "data" / "users.csv")[
+        "user_id"].to_pylist())
     common = ["--no-progress", "--threads", "1"]
     train = ["--graph", tmp_path / "d", "--target", "user", "--model", "rgcn", "--fanouts",
              "10,5", "--epochs", 8, "--batch-size", 128, "--lr", 0.01, "--checkpoint-dir",

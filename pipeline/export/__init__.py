@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import os
 
-from formats import FormatError, load_chunked_graph
-from formats.output import MANIFEST, AtomicOutput, fingerprint, make_manifest, write_json
+from formats import ChunkedGraph, FormatError, load_chunked_graph
+from formats.output import (MANIFEST, AtomicOutput, fingerprint, link_files, make_manifest,
+                            write_json)
 from formats.partitioned import GRAPH_JSON, load_partitioned
 from formats.schema import METADATA
 from formats.storage import is_url
@@ -60,11 +61,26 @@ def run_export(source: str, out: str, to: str, cluster: ClusterOptions,
                 check_parts(graph, runner)     # before OUT's side folder is even made
             with output as tmp:
                 result = _exporter(to)(graph, tmp, runner)
+                _carry_keys(graph, tmp)
                 result["root"] = os.path.normpath(
                     os.path.join(output.final, os.path.relpath(result["root"], tmp)))
                 write_json(os.path.join(tmp, MANIFEST), manifest)
                 output.commit()
     return result
+
+
+def _carry_keys(graph, out: str) -> None:
+    """A keyed graph's key maps (in original-ID order) and vocabularies, linked into the
+    export beside the peer's layout, with ``keys.json`` naming them (FORMATS.md §5): the
+    peers' node IDs are our original IDs, so row i of a type's keys is node i's key."""
+    keys = ({t: m.by_id_json() for t, m in graph.keys.items()}
+            if isinstance(graph, ChunkedGraph) else dict(graph.keys))
+    if not keys:
+        return
+    vocab = {o: dict(d) for o, d in graph.vocab.items()}
+    link_files(graph.root, [f for k in keys.values() for f in k["by_id"]] +
+               [f for d in vocab.values() for f in d.values()], out)
+    write_json(os.path.join(out, "keys.json"), {"keys": keys, "vocab": vocab})
 
 
 def _check_part(task) -> list[str]:

@@ -205,8 +205,9 @@ def export_dgl_chunked(graph: ChunkedGraph, out: str, runner) -> dict:
             node_data.setdefault(owner, {})[name] = files
         else:
             edge_data.setdefault(EdgeType.parse(owner), {})[name] = files
+    # DGL's format has no keys: they go beside it (keys.json, run_export's _carry_keys)
     exported = dataclasses.replace(graph, root=out, edges=edge_files, node_data=node_data,
-                                   edge_data=edge_data)
+                                   edge_data=edge_data, keys={}, vocab={})
     write_json(os.path.join(out, METADATA), exported.to_json())
     load_chunked_graph(out)            # our own reader takes what we wrote (metadata, files)
     return {"root": out, "edges": int(sum(results[:len(edge_tasks)])),

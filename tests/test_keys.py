@@ -181,3 +181,33 @@ def test_prep_chunk_maps_string_edge_list_and_sparse_integer_ids(tmp_path):
     h = load_chunked_graph(str(tmp_path / "h"))
     assert h.keys["_N"].kind == "integer" and h.num_nodes["_N"] == len(np.unique(
         np.loadtxt(tmp_path / "ids.csv", dtype=np.int64, delimiter=",")))
+
+
+def test_keyed_edge_folder_is_heterogeneous_by_file_name(tmp_path):
+    """``edges/<src>__<rel>__<dst>.csv`` with string endpoints: each node type numbered from
+    the keys its edge types name, across files; node data files by row are refused."""
+    rng = np.random.default_rng(5)
+    users, items = uuid_keys(rng, 300), np.array([f"item-{i}" for i in range(120)])
+    (tmp_path / "f" / "edges").mkdir(parents=True)
+    tables = {
+        "user__buys__item": (users[rng.integers(0, 300, 900)], items[rng.integers(0, 120, 900)]),
+        "user__follows__user": (users[rng.integers(0, 300, 700)],
+                                users[rng.integers(0, 300, 700)])}
+    for name, (s, d) in tables.items():
+        pacsv.write_csv(pa.table({"src": s, "dst": d}), tmp_path / "f" / "edges" / f"{name}.csv")
+    api.chunk(str(tmp_path / "f"), str(tmp_path / "g"), chunk_size=256, workers=1)
+    g = load_chunked_graph(str(tmp_path / "g"))
+    assert set(g.keys) == {"user", "item"}
+    names = {t: keys_by_id(str(tmp_path / "g"), g.keys[t]) for t in g.keys}
+    seen_users = set(tables["user__buys__item"][0]) | set(tables["user__follows__user"][0]) | \
+        set(tables["user__follows__user"][1])
+    assert set(names["user"]) == seen_users and len(names["user"]) == len(seen_users)
+    for et in g.edge_types:
+        s, d = map(np.concatenate, zip(*[read_edge_chunk(g.path(f), g.edges[et])
+                                         for f in g.edges[et].files]))
+        want_s, want_d = tables[et.dirname]
+        assert sorted(zip(names[et.src][s], names[et.dst][d])) == sorted(zip(want_s, want_d))
+    (tmp_path / "f" / "nodes" / "user").mkdir(parents=True)
+    np.save(tmp_path / "f" / "nodes" / "user" / "feat.npy", np.zeros((300, 2)))
+    with pytest.raises(FormatError, match="config file"):
+        api.chunk(str(tmp_path / "f"), str(tmp_path / "h"), workers=1)

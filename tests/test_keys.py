@@ -211,3 +211,14 @@ def test_keyed_edge_folder_is_heterogeneous_by_file_name(tmp_path):
     np.save(tmp_path / "f" / "nodes" / "user" / "feat.npy", np.zeros((300, 2)))
     with pytest.raises(FormatError, match="config file"):
         api.chunk(str(tmp_path / "f"), str(tmp_path / "h"), workers=1)
+
+
+def test_bad_csv_row_in_a_table_is_named_by_its_row_in_the_file(tables):
+    tmp, _, clicks = tables
+    lines = (tmp / "clicks.csv").read_text().splitlines()
+    lines[1 + 15000] = lines[1 + 15000] + ",extra"        # data row 15000: three fields
+    (tmp / "clicks.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(FormatError) as err:
+        mapping(tmp, 1000, str(tmp / "a"))
+    assert err.value.file.endswith("clicks.csv") and err.value.row == 15000, str(err.value)
+    assert "expected 2 columns, found 3" in err.value.message

@@ -59,7 +59,9 @@ def _pick(wanted: str | None, default: str, names: list[str], fallback: int, pat
 
 
 def has_string_keys(files: list[str], opts: ChunkOptions) -> bool:
-    """Whether the first edge file's endpoint columns hold strings (so keys must be mapped)."""
+    """Whether the first edge file's endpoint columns hold strings (so keys must be mapped):
+    its column types, or for a CSV its first data row (an integer edge list with a typo
+    further down stays an integer list, whose reader names the bad row)."""
     path = files[0]
     src, dst, fmt = _names(path, opts)
     if fmt is None:
@@ -67,7 +69,7 @@ def has_string_keys(files: list[str], opts: ChunkOptions) -> bool:
         types = [schema.field(c).type for c in (src, dst)]
     else:
         types = [t for _, t in csv_format(path, (src, dst), delimiter=opts.delimiter,
-                                          header=fmt.header).types]
+                                          header=fmt.header, max_rows=1).types]
     return not all(pa.types.is_integer(t) for t in types)
 
 

@@ -94,7 +94,7 @@ class CsvColumns:
         return pacsv.ConvertOptions(include_columns=names, column_types={n: kind for n in names})
 
     def parse_options(self, bad_rows: list) -> pacsv.ParseOptions:
-        return pacsv.ParseOptions(delimiter=self.delimiter, invalid_row_handler=_collect(bad_rows))
+        return pacsv.ParseOptions(delimiter=self.delimiter, invalid_row_handler=collect_rows(bad_rows))
 
 
 def _typed_id_columns(table: pa.Table, cols: CsvColumns, path: str, row0: int):
@@ -133,7 +133,8 @@ def _not_int64(col: pa.ChunkedArray, path: str, name: str, row0: int) -> FormatE
     ok &= ~col.is_null().to_numpy(zero_copy_only=False)
     if not ok.all():
         row = int(np.flatnonzero(~ok)[0])
-        return FormatError(f"node ID {col[row].as_py()!r} is not an integer", file=path,
+        return FormatError(f"node ID {col[row].as_py()!r} is not an integer (keys that are "
+                           f"strings: --map-keys maps them)", file=path,
                            field=name, row=row0 + row)
     digits = pc.utf8_ltrim(pc.utf8_ltrim(text, "+-"), "0")
     length = pc.utf8_length(digits).to_numpy(zero_copy_only=False)
@@ -149,7 +150,9 @@ def _not_int64(col: pa.ChunkedArray, path: str, name: str, row0: int) -> FormatE
     return FormatError(f"node ID {value} {why}", file=path, field=name, row=row0 + row)
 
 
-def _csv_parse_error(err: Exception, path: str, row0: int, rows: list) -> FormatError:
+def csv_parse_error(err: Exception | None, path: str, row0: int, rows: list) -> FormatError:
+    """The error naming the first bad row of ``rows`` (``row0`` + its line number - 1), or
+    pyarrow's own message ``err`` when no row was kept."""
     if rows:
         bad = rows[0]
         return FormatError(f"expected {bad.expected_columns} columns, found "
@@ -207,16 +210,18 @@ class CsvRange(EdgePart):
             table = parse(typed=True)
         except pa.ArrowInvalid as err:
             if bad_rows:
-                raise _csv_parse_error(err, self.path, -header_lines, bad_rows) from None
+                raise csv_parse_error(err, self.path, -header_lines, bad_rows) from None
             src, dst = _parse_id_columns(parse(typed=False), cols, self.path, 0)
             raise FormatError(f"CSV parse error: {err}", file=self.path) from None
         if bad_rows:
-            raise _csv_parse_error(None, self.path, -header_lines, bad_rows)
+            raise csv_parse_error(None, self.path, -header_lines, bad_rows)
         src, dst = _typed_id_columns(table, cols, self.path, 0)
         yield EdgeBlock(src, dst)
 
 
-def _collect(store: list):
+def collect_rows(store: list):
+    """A pyarrow ``invalid_row_handler`` that keeps each bad row in ``store`` and skips it
+    (the caller raises :func:`csv_parse_error` for the first after the parse)."""
     def handler(row):
         store.append(row)
         return "skip"
@@ -256,7 +261,7 @@ class CsvStream(EdgePart):
                         yield EdgeBlock(src, dst)
             except pa.ArrowInvalid as err:
                 if bad_rows:
-                    raise _csv_parse_error(err, self.path, -int(cols.header), bad_rows) from None
+                    raise csv_parse_error(err, self.path, -int(cols.header), bad_rows) from None
                 if typed:
                     raise _NotInteger() from None
                 raise FormatError(f"CSV parse error: {err}", file=self.path) from None
@@ -266,7 +271,7 @@ class CsvStream(EdgePart):
                     raise
                 raise truncated(self.path, err, row0) from None
         if bad_rows:
-            raise _csv_parse_error(None, self.path, -int(cols.header), bad_rows)
+            raise csv_parse_error(None, self.path, -int(cols.header), bad_rows)
 
 
 class _NotInteger(Exception):

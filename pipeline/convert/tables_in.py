@@ -12,7 +12,7 @@ Steps, each a Dask job over parts (about a chunk of rows each) or key buckets:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -24,25 +24,10 @@ from ..keys.job import EdgeTable, MappedKeys, NodeTable, map_keys
 from ..split_edges import SplitSpec as EdgeSplit
 from ..tables.columns import (EncodeTask, VocabTask, encode_part, merge_vocabularies,
                               part_vocabulary)
-from ..tables.config import FieldSpec, SplitSpec, TablesConfig
+from ..tables.config import Fields, FieldSpec, TablesConfig
 from ..tables.parts import csv_format, input_files, is_parquet, table_parts, with_columns
 from .options import ChunkOptions
 from .sources import ArrayEdges, ChunkedArray, EdgeSource, NpyArray, SourceGraph
-
-
-@dataclass(frozen=True)
-class Fields:
-    """What a table contributes besides keys: its fields and split."""
-
-    fields: tuple[FieldSpec, ...] = ()
-    split: SplitSpec | None = None
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        cols = [c for f in self.fields for c in f.columns]
-        if self.split is not None and self.split.column:
-            cols.append(self.split.column)
-        return tuple(dict.fromkeys(cols))
 
 
 def read_parts(files, key_columns: tuple[str, ...], fields: Fields, csv, chunk_size: int):
@@ -61,16 +46,15 @@ def from_config(config: TablesConfig, opts: ChunkOptions, out: str, staging: str
     """The :class:`SourceGraph` of a tables config, keys mapped and fields encoded."""
     nodes, node_fields = [], {}
     for spec in config.nodes:
-        f = Fields(spec.fields, spec.split)
-        parts = read_parts(spec.files, (spec.key,), f, spec.csv, opts.chunk_size)
+        parts = read_parts(spec.files, (spec.key,), spec.data, spec.csv, opts.chunk_size)
         nodes.append(NodeTable(spec.ntype, tuple(parts), spec.key))
-        node_fields[spec.ntype] = f
+        node_fields[spec.ntype] = spec.data
     edges, edge_fields = [], {}
     for spec in config.edges:
-        f = Fields(spec.fields, spec.split)
-        parts = read_parts(spec.files, (spec.src, spec.dst), f, spec.csv, opts.chunk_size)
+        parts = read_parts(spec.files, (spec.src, spec.dst), spec.data, spec.csv,
+                           opts.chunk_size)
         edges.append(EdgeTable(spec.etype, tuple(parts), spec.src, spec.dst))
-        edge_fields[spec.etype] = f
+        edge_fields[spec.etype] = spec.data
     return tables_source(config.name, nodes, node_fields, edges, edge_fields,
                          config.dangling or opts.dangling, out, staging, runner,
                          (config.path,) + tuple(f for s in config.nodes + config.edges
@@ -135,18 +119,13 @@ def _encode_tasks(parts, fields: Fields, vocab: dict, where: list, target: str, 
             for i, (p, (first_row, first_id, keep)) in enumerate(zip(parts, where))]
 
 
-def _field_names(fields: Fields) -> tuple[str, ...]:
-    names = tuple(f.name for f in fields.fields)
-    return names + (("train_mask", "val_mask", "test_mask") if fields.split else ())
-
-
 def _node_data(nodes, node_fields, vocab, mapped: MappedKeys, staging, runner):
     """``{ntype: {field: ArraySource}}``: each part's encoded rows, then fill rows for the
     keys that only edges named (``--dangling add``)."""
     out, tasks, owners = {}, [], []
     for t in nodes:
         fields = node_fields[t.ntype]
-        if not _field_names(fields):
+        if not fields.names:
             continue
         where = [(r.first_row, r.first_id, "") for r in mapped.tables[t.ntype]]
         mine = _encode_tasks(t.parts, fields, vocab.get(t.ntype, {}), where,
@@ -157,7 +136,7 @@ def _node_data(nodes, node_fields, vocab, mapped: MappedKeys, staging, runner):
     for ntype, fields, mine in owners:
         counts = [next(rows) for _ in mine]
         extra = mapped.num_nodes[ntype] - sum(counts)
-        for name in _field_names(fields):
+        for name in fields.names:
             files = [f"{task.target}.{name}.npy" for task in mine]
             if extra:
                 files.append(_fill(files[0], extra))
@@ -185,7 +164,7 @@ def _edge_sources(edges, edge_fields, vocab, mapped: MappedKeys, staging, runner
         fields = edge_fields.get(e.etype, Fields())
         translated = mapped.edges.get(e.etype, [])
         mine = []
-        if _field_names(fields):
+        if fields.names:
             split = None
             if fields.split is not None:
                 _, val, test = fields.split.fractions
@@ -201,7 +180,7 @@ def _edge_sources(edges, edge_fields, vocab, mapped: MappedKeys, staging, runner
         runner(encode_part, tasks, "tables: encode edge columns")
     sources = []
     for e, fields, translated, mine in owners:
-        names = _field_names(fields)
+        names = fields.names
         parts = [ArrayEdges(part.prefix, src=NpyArray.open(part.prefix + ".src.npy"),
                             dst=NpyArray.open(part.prefix + ".dst.npy"),
                             data=tuple((name, NpyArray.open(f"{task.target}.{name}.npy"))

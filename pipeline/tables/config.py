@@ -52,17 +52,34 @@ class CsvOptions:
 
 
 @dataclass(frozen=True)
+class Fields:
+    """What a table contributes besides keys: its fields and its split."""
+
+    fields: tuple[FieldSpec, ...] = ()
+    split: SplitSpec | None = None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The input columns these read, each once, in order."""
+        cols = [c for f in self.fields for c in f.columns]
+        if self.split is not None and self.split.column:
+            cols.append(self.split.column)
+        return tuple(dict.fromkeys(cols))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The output fields: one per field spec, then the three split masks."""
+        names = tuple(f.name for f in self.fields)
+        return names + (tuple(f"{s}_mask" for s in SPLIT_NAMES) if self.split else ())
+
+
+@dataclass(frozen=True)
 class NodeTableSpec:
     ntype: str
     files: tuple[str, ...]
     key: str
-    fields: tuple[FieldSpec, ...] = ()
-    split: SplitSpec | None = None
+    data: Fields = Fields()
     csv: CsvOptions = field(default_factory=CsvOptions)
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return _columns(self.fields, self.split)
 
 
 @dataclass(frozen=True)
@@ -71,20 +88,8 @@ class EdgeTableSpec:
     files: tuple[str, ...]
     src: str
     dst: str
-    fields: tuple[FieldSpec, ...] = ()
-    split: SplitSpec | None = None
+    data: Fields = Fields()
     csv: CsvOptions = field(default_factory=CsvOptions)
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return _columns(self.fields, self.split)
-
-
-def _columns(fields, split) -> tuple[str, ...]:
-    cols = [c for f in fields for c in f.columns]
-    if split is not None and split.column:
-        cols.append(split.column)
-    return tuple(dict.fromkeys(cols))
 
 
 @dataclass(frozen=True)
@@ -247,8 +252,8 @@ class _Loader:
         return NodeTableSpec(self.text(raw.get("type"), f"{where}.type"),
                              self.files(raw.get("files"), f"{where}.files"),
                              self.text(raw.get("key"), f"{where}.key"),
-                             self.fields(raw, where), self.split(raw.get("split"),
-                                                                 f"{where}.split"),
+                             Fields(self.fields(raw, where),
+                                    self.split(raw.get("split"), f"{where}.split")),
                              self.csv(raw.get("csv"), f"{where}.csv"))
 
     def edge(self, raw, where: str) -> EdgeTableSpec:
@@ -269,5 +274,5 @@ class _Loader:
         return EdgeTableSpec(etype, self.files(raw.get("files"), f"{where}.files"),
                              self.text(raw.get("src"), f"{where}.src"),
                              self.text(raw.get("dst"), f"{where}.dst"),
-                             self.fields(raw, where), split,
+                             Fields(self.fields(raw, where), split),
                              self.csv(raw.get("csv"), f"{where}.csv"))

@@ -20,8 +20,8 @@ import pyarrow.csv as pacsv
 from formats import FormatError
 from formats.arrays import _parquet_file
 from formats.storage import is_url, open_file, size
-from ..convert.sources import (STREAM_BLOCK_BYTES, is_decompress_error, read_line_range,
-                               truncated)
+from ..convert.sources import (STREAM_BLOCK_BYTES, collect_rows, csv_parse_error,
+                               is_decompress_error, read_line_range, truncated)
 
 CSV_SUFFIXES = (".csv", ".tsv", ".txt")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -89,21 +89,26 @@ class TableFormat:
 
 
 def csv_format(path: str, columns: tuple[str, ...], *, delimiter: str | None = None,
-               header: bool = True, strings: tuple[str, ...] = ()) -> TableFormat:
-    """The :class:`TableFormat` of a CSV from its first ``HEAD_BYTES``: column names from the
-    header, and each of ``columns``'s type as pyarrow infers it from those rows, except those
-    in ``strings``, always read as strings. Raises :class:`FormatError` naming a column that
-    is not in the file."""
+               header: bool = True, strings: tuple[str, ...] = (),
+               max_rows: int | None = None) -> TableFormat:
+    """The :class:`TableFormat` of a CSV from its first ``HEAD_BYTES`` (or its first
+    ``max_rows`` rows): column names from the header, and each of ``columns``'s type as
+    pyarrow infers it from those rows, except those in ``strings``, always read as strings.
+    Raises :class:`FormatError` naming a column that is not in the file."""
     base = strip_compression(path.lower())
     delimiter = delimiter or ("\t" if base.endswith(".tsv") else ",")
     with open_file(path, compression="infer") as f:
         head = f.read(HEAD_BYTES)
     if len(head) == HEAD_BYTES:
         head = head[:head.rfind(b"\n") + 1]
+    if max_rows is not None:
+        head = b"\n".join(head.split(b"\n")[:max_rows + int(header)]) + b"\n"
     opts = pacsv.ReadOptions(autogenerate_column_names=not header, use_threads=False)
     try:
+        # bad rows are skipped here: the parts' reads name them by row
         table = pacsv.read_csv(io.BytesIO(head), read_options=opts,
-                               parse_options=pacsv.ParseOptions(delimiter=delimiter))
+                               parse_options=pacsv.ParseOptions(
+                                   delimiter=delimiter, invalid_row_handler=collect_rows([])))
     except pa.ArrowInvalid as err:
         raise FormatError(f"CSV parse error in the first rows: {err}", file=path) from None
     names = tuple(table.column_names if header else (f"c{i}" for i in range(table.num_columns)))
@@ -145,21 +150,6 @@ class TablePart:
         raise NotImplementedError
 
 
-def _parse_error(path: str, err: Exception, bad: list) -> FormatError:
-    if bad:
-        row = bad[0]
-        return FormatError(f"expected {row.expected_columns} columns, found "
-                           f"{row.actual_columns}: {row.text!r}", file=path)
-    return FormatError(f"CSV parse error: {err}", file=path)
-
-
-def _keep(store: list):
-    def handler(row):
-        store.append(row)
-        return "error"
-    return handler
-
-
 @dataclass(frozen=True)
 class CsvTableRange(TablePart):
     """The lines of an uncompressed CSV whose first byte lies in ``[start, end)``."""
@@ -177,14 +167,18 @@ class CsvTableRange(TablePart):
         if not data.strip():
             return
         bad: list = []
+        header = -int(self.start == 0 and self.fmt.header)
         try:
-            yield pacsv.read_csv(
+            table = pacsv.read_csv(
                 io.BytesIO(data), read_options=self.fmt.read_options(self.start == 0),
                 parse_options=pacsv.ParseOptions(delimiter=self.fmt.delimiter,
-                                                 invalid_row_handler=_keep(bad)),
+                                                 invalid_row_handler=collect_rows(bad)),
                 convert_options=self.fmt.convert_options(self.columns))
         except pa.ArrowInvalid as err:
-            raise _parse_error(self.path, err, bad) from None
+            raise csv_parse_error(err, self.path, header, bad) from None
+        if bad:
+            raise csv_parse_error(None, self.path, header, bad)
+        yield table
 
 
 @dataclass(frozen=True)
@@ -201,17 +195,21 @@ class CsvTableStream(TablePart):
                 reader = pacsv.open_csv(
                     f, read_options=self.fmt.read_options(True, STREAM_BLOCK_BYTES),
                     parse_options=pacsv.ParseOptions(delimiter=self.fmt.delimiter,
-                                                     invalid_row_handler=_keep(bad)),
+                                                     invalid_row_handler=collect_rows(bad)),
                     convert_options=self.fmt.convert_options(self.columns))
                 for batch in reader:
+                    if bad:
+                        break
                     rows += batch.num_rows
                     yield pa.Table.from_batches([batch])
             except pa.ArrowInvalid as err:
-                raise _parse_error(self.path, err, bad) from None
+                raise csv_parse_error(err, self.path, -int(self.fmt.header), bad) from None
             except (EOFError, OSError) as err:
                 if not is_decompress_error(err):
                     raise
                 raise truncated(self.path, err, rows) from None
+        if bad:
+            raise csv_parse_error(None, self.path, -int(self.fmt.header), bad)
 
 
 @dataclass(frozen=True)

@@ -16,27 +16,20 @@ import zlib
 
 from formats import ChunkFiles, EdgeType, FormatError
 from formats.arrays import _parquet_file
-from formats.storage import open_file, size
+from formats.storage import open_file
+from ..tables.parts import COMPRESSED, byte_ranges, strip_compression
 from .options import ChunkOptions
 from .sources import (ArraySource, ChunkedArray, CsvArray, CsvColumns, CsvRange, CsvStream,
                       EdgePart, EdgeSource, NpyArray, ParquetEdges, SourceGraph,
                       is_decompress_error, truncated)
 
 EDGE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")
-COMPRESSED = (".gz", ".bz2", ".xz", ".zst")
 HOMO_NODE, HOMO_EDGE = "_N", EdgeType("_N", "_E", "_N")
 
 
 def is_edge_file(path: str) -> bool:
-    base = _strip_compression(path.lower())
+    base = strip_compression(path.lower())
     return base.endswith(EDGE_SUFFIXES)
-
-
-def _strip_compression(name: str) -> str:
-    for ext in COMPRESSED:
-        if name.endswith(ext):
-            return name[: -len(ext)]
-    return name
 
 
 def edge_parts(path: str, opts: ChunkOptions) -> list[EdgePart]:
@@ -46,26 +39,21 @@ def edge_parts(path: str, opts: ChunkOptions) -> list[EdgePart]:
         if not files:
             raise FormatError("folder holds no edge files (.csv/.tsv/.parquet)", file=path)
         return [p for f in files for p in edge_parts(f, opts)]
-    if _strip_compression(path.lower()).endswith((".parquet", ".pq")):
+    if strip_compression(path.lower()).endswith((".parquet", ".pq")):
         return _parquet_parts(path, opts)
     columns = csv_columns(path, opts)
     if columns is None:
         return []  # an empty file: no edges (a graph of isolated nodes is valid)
     if path.lower().endswith(COMPRESSED):
         return [CsvStream(path, columns)]
-    total = size(path)
-    with open_file(path) as f:
-        sample = f.read(1 << 16)
-    lines = max(sample.count(b"\n"), 1)
-    step = max(int(opts.chunk_size * len(sample) / lines * 0.95), 1 << 16)
-    return [CsvRange(path, start, min(start + step, total), columns)
-            for start in range(0, max(total, 1), step)]
+    return [CsvRange(path, start, end, columns)
+            for start, end in byte_ranges(path, opts.chunk_size)]
 
 
 def csv_columns(path: str, opts: ChunkOptions) -> CsvColumns | None:
     """Delimiter, header and src/dst column positions of an edge CSV (None: the file holds
     nothing at all)."""
-    base = _strip_compression(path.lower())
+    base = strip_compression(path.lower())
     delimiter = opts.delimiter or ("\t" if base.endswith(".tsv") else ",")
     try:
         with open_file(path, compression="infer") as f:
@@ -124,7 +112,7 @@ def _parquet_parts(path: str, opts: ChunkOptions) -> list[EdgePart]:
 
 def array_source(path: str) -> ArraySource:
     """A node data file: .npy (memory-mapped), .parquet, or headerless CSV (streamed)."""
-    lower = _strip_compression(path.lower())
+    lower = strip_compression(path.lower())
     if lower.endswith(".npy"):
         return NpyArray.open(path)
     if lower.endswith((".parquet", ".pq")):
@@ -156,7 +144,7 @@ def edge_type_entries(root: str) -> list[tuple[EdgeType, str]]:
     for entry in sorted(os.listdir(edge_dir)):
         if entry.startswith("."):
             continue  # hidden files (.DS_Store, editors' swap files) are not edge types
-        stem = _strip_compression(entry)
+        stem = strip_compression(entry)
         stem = os.path.splitext(stem)[0] if os.path.isfile(os.path.join(edge_dir, entry)) else stem
         parts = stem.split("__")
         if len(parts) != 3 or not all(parts):
@@ -222,5 +210,5 @@ def from_edge_folder(root: str, opts: ChunkOptions) -> SourceGraph:
 
 
 def _stem(path: str) -> str:
-    name = _strip_compression(os.path.basename(path))
+    name = strip_compression(os.path.basename(path))
     return os.path.splitext(name)[0]

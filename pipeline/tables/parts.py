@@ -30,6 +30,7 @@ HEAD_BYTES = 1 << 20
 
 
 def strip_compression(name: str) -> str:
+    """``name`` without a compression suffix (.gz, .bz2, .xz, .zst)."""
     for ext in COMPRESSED:
         if name.endswith(ext):
             return name[: -len(ext)]
@@ -37,10 +38,12 @@ def strip_compression(name: str) -> str:
 
 
 def is_parquet(path: str) -> bool:
+    """Whether ``path`` names a Parquet file (by its extension)."""
     return strip_compression(path.lower()).endswith(PARQUET_SUFFIXES)
 
 
 def is_table_file(path: str) -> bool:
+    """Whether ``path`` names a CSV/TSV or Parquet file, maybe compressed."""
     return strip_compression(path.lower()).endswith(CSV_SUFFIXES + PARQUET_SUFFIXES)
 
 
@@ -235,6 +238,7 @@ class ParquetTablePart(TablePart):
 
 
 def parquet_columns(path: str) -> list[str]:
+    """The column names of a Parquet file (its footer only)."""
     return _parquet_file(path).metadata.schema.to_arrow_schema().names
 
 
@@ -258,14 +262,22 @@ def table_parts(path: str, columns: tuple[str, ...], rows_per_part: int,
         return parts
     if path.lower().endswith(COMPRESSED):
         return [CsvTableStream(path, columns, fmt)]
+    return [CsvTableRange(path, columns, start, end, fmt)
+            for start, end in byte_ranges(path, rows_per_part)]
+
+
+def byte_ranges(path: str, rows_per_part: int) -> list[tuple[int, int]]:
+    """``[start, end)`` byte ranges tiling an uncompressed text file, about ``rows_per_part``
+    lines each (line length estimated from the first 64 KiB; at least 64 KiB a range). Read
+    with ``read_line_range``, they give every line once."""
     total = size(path)
     with open_file(path) as f:
         sample = f.read(1 << 16)
     lines = max(sample.count(b"\n"), 1)
     step = max(int(rows_per_part * len(sample) / lines * 0.95), 1 << 16)
-    return [CsvTableRange(path, columns, start, min(start + step, total), fmt)
-            for start in range(0, max(total, 1), step)]
+    return [(start, min(start + step, total)) for start in range(0, max(total, 1), step)]
 
 
 def with_columns(part: TablePart, columns: tuple[str, ...]) -> TablePart:
+    """The same rows of the same file, reading ``columns``."""
     return replace(part, columns=columns)

@@ -58,10 +58,18 @@ def _pick(wanted: str | None, default: str, names: list[str], fallback: int, pat
                       field=f"--{default}-col")
 
 
+def _empty_csv(path: str, opts: ChunkOptions) -> bool:
+    from .edgelist import csv_columns
+    return not is_parquet(path) and csv_columns(path, opts) is None
+
+
 def has_string_keys(files: list[str], opts: ChunkOptions) -> bool:
     """Whether the first edge file's endpoint columns hold strings (so keys must be mapped):
     its column types, or for a CSV its first data row (an integer edge list with a typo
     further down stays an integer list, whose reader names the bad row)."""
+    files = [f for f in files if not _empty_csv(f, opts)]
+    if not files:
+        return False
     path = files[0]
     src, dst, fmt = _names(path, opts)
     if fmt is None:
@@ -77,13 +85,15 @@ def edge_table(et: EdgeType, files: list[str], opts: ChunkOptions) -> EdgeTable:
     """The :class:`EdgeTable` of one edge type's files, parts of about a chunk."""
     parts, columns = [], None
     for path in files:
+        if _empty_csv(path, opts):
+            continue              # an empty file: no edges
         src, dst, fmt = _names(path, opts)
         if columns is not None and (src, dst) != columns:
             raise FormatError(f"endpoint columns {src!r}, {dst!r} differ from the first "
                               f"file's {columns}", file=path)
         columns = (src, dst)
         parts += table_parts(path, (src, dst), opts.chunk_size, fmt)
-    return EdgeTable(et, tuple(parts), *columns)
+    return EdgeTable(et, tuple(parts), *(columns or ("src", "dst")))
 
 
 def keyed_source(name: str, tables: list[EdgeTable], opts: ChunkOptions, out: str,

@@ -80,8 +80,10 @@ def _gather(refs: tuple[PieceRef, ...], bucket: int, with_ids: bool,
 
 
 def _key_type(task: BucketTask) -> pa.DataType:
-    ref = (task.table or task.edges)[0]
-    return read_batch(ref.path, task.bucket).schema.field("key").type
+    refs = task.table or task.edges
+    if not refs:                   # a type only empty edge files name: no keys at all
+        return pa.large_binary()
+    return read_batch(refs[0].path, task.bucket).schema.field("key").type
 
 
 def _new_path(task: BucketTask) -> str:

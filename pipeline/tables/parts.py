@@ -9,7 +9,9 @@ part of every file parses a column alike.
 from __future__ import annotations
 
 import io
+import lzma
 import os
+import zlib
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
@@ -100,9 +102,15 @@ def csv_format(path: str, columns: tuple[str, ...], *, delimiter: str | None = N
     Raises :class:`FormatError` naming a column that is not in the file."""
     base = strip_compression(path.lower())
     delimiter = delimiter or ("\t" if base.endswith(".tsv") else ",")
-    with open_file(path, compression="infer") as f:
-        head = f.read(HEAD_BYTES)
-    if len(head) == HEAD_BYTES:
+    want = HEAD_BYTES if max_rows is None else 1 << 16
+    try:
+        with open_file(path, compression="infer") as f:
+            head = f.read(want)
+    except (EOFError, OSError, zlib.error, lzma.LZMAError) as err:
+        if not is_decompress_error(err):
+            raise
+        raise truncated(path, err, 0) from None
+    if len(head) == want:
         head = head[:head.rfind(b"\n") + 1]
     if max_rows is not None:
         head = b"\n".join(head.split(b"\n")[:max_rows + int(header)]) + b"\n"

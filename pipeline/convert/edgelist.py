@@ -17,7 +17,7 @@ import zlib
 from formats import ChunkFiles, EdgeType, FormatError
 from formats.arrays import _parquet_file
 from formats.storage import open_file
-from ..tables.parts import COMPRESSED, byte_ranges, strip_compression
+from ..tables.parts import COMPRESSED, byte_ranges, row_group_runs, strip_compression
 from .options import ChunkOptions
 from .sources import (ArraySource, ChunkedArray, CsvArray, CsvColumns, CsvRange, CsvStream,
                       EdgePart, EdgeSource, NpyArray, ParquetEdges, SourceGraph,
@@ -101,13 +101,8 @@ def _parquet_parts(path: str, opts: ChunkOptions) -> list[EdgePart]:
         if col not in names:
             raise FormatError(f"column {col!r} not found (columns: {names})", file=path,
                               field=f"--{flag}-col")
-    parts, first, rows, row_start = [], 0, 0, 0
-    for g in range(md.num_row_groups):
-        rows += md.row_group(g).num_rows
-        if rows >= opts.chunk_size or g == md.num_row_groups - 1:
-            parts.append(ParquetEdges(path, src, dst, first, g + 1, row_start))
-            first, row_start, rows = g + 1, row_start + rows, 0
-    return parts
+    return [ParquetEdges(path, src, dst, first, last, start)
+            for first, last, start in row_group_runs(path, opts.chunk_size)]
 
 
 def array_source(path: str) -> ArraySource:

@@ -24,6 +24,7 @@ from formats import FormatError
 from formats.output import save_npy
 from ..arrayops import mix
 from .config import SPLIT_NAMES, FieldSpec, SplitSpec
+from ..keys.pieces import read_part
 from .parts import TablePart
 
 MAX_VOCABULARY = 1 << 20
@@ -37,15 +38,10 @@ class VocabTask:
     fields: tuple[FieldSpec, ...]          # the categorical and label fields
 
 
-def _read(part: TablePart) -> pa.Table:
-    from ..keys.pieces import read_part
-    return read_part(part)
-
-
 def part_vocabulary(task: VocabTask) -> tuple[list, ...]:
     """Per field: its distinct non-null values in this part (sorted), then whether it had a
     null (as the list's last element ``None``)."""
-    table = _read(task.part)
+    table = read_part(task.part)
     out = []
     for f in task.fields:
         col = table.column(f.columns[0])
@@ -102,7 +98,7 @@ class EncodeTask:
 
 def encode_part(task: EncodeTask) -> int:
     """Write the part's fields; returns its rows (after ``keep``)."""
-    table = _read(task.part)
+    table = read_part(task.part)
     n = table.num_rows
     keep = np.load(task.keep) if task.keep else None
     arrays = {}

@@ -260,18 +260,26 @@ def table_parts(path: str, columns: tuple[str, ...], rows_per_part: int,
         if missing:
             raise FormatError(f"column {missing[0]!r} not found (columns: {names})",
                               file=path, field=missing[0])
-        md = _parquet_file(path).metadata
-        parts, first, rows, start = [], 0, 0, 0
-        for g in range(md.num_row_groups):
-            rows += md.row_group(g).num_rows
-            if rows >= rows_per_part or g == md.num_row_groups - 1:
-                parts.append(ParquetTablePart(path, columns, first, g + 1, start))
-                first, start, rows = g + 1, start + rows, 0
-        return parts
+        return [ParquetTablePart(path, columns, first, last, start)
+                for first, last, start in row_group_runs(path, rows_per_part)]
     if path.lower().endswith(COMPRESSED):
         return [CsvTableStream(path, columns, fmt)]
     return [CsvTableRange(path, columns, start, end, fmt)
             for start, end in byte_ranges(path, rows_per_part)]
+
+
+def row_group_runs(path: str, rows_per_part: int) -> list[tuple[int, int, int]]:
+    """Runs of consecutive row groups of a Parquet file, about ``rows_per_part`` rows each
+    (a larger group is a run of its own): ``(first group, last group + 1, first row)``.
+    Reads the footer only."""
+    md = _parquet_file(path).metadata
+    runs, first, rows, start = [], 0, 0, 0
+    for g in range(md.num_row_groups):
+        rows += md.row_group(g).num_rows
+        if rows >= rows_per_part or g == md.num_row_groups - 1:
+            runs.append((first, g + 1, start))
+            first, start, rows = g + 1, start + rows, 0
+    return runs
 
 
 def byte_ranges(path: str, rows_per_part: int) -> list[tuple[int, int]]:

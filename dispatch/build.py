@@ -21,6 +21,7 @@ from formats.integrity import (PART_JSON, FileRecord, PartStamp, part_manifest,
                                write_part_json)
 from formats.npyio import NpyWriter, npy_shape, read_rows
 from formats.output import save_npy
+from formats.sparse import CSR, csr_paths
 from pipeline.arrayops import unique_ints
 from .plan import DispatchPlan, atomic_folder
 
@@ -91,12 +92,38 @@ def _write_nodes(plan: DispatchPlan, t: str, p: int, book: list[int], out: str) 
     n = book[1] - book[0]
     fields = ["orig", *plan.graph.node_data.get(t, {})]
     for name in fields:
-        shape, dtype = npy_shape(os.path.join(pieces[0], f"p{p:05d}.{name}.npy"))
+        rows = [os.path.join(d, f"p{p:05d}.{name}") for d in pieces]
+        if name != "orig" and plan.graph.node_data[t][name].format == CSR:
+            _join_csr(rows, n, os.path.join(out, "node_feats", t, name))
+            continue
+        shape, dtype = npy_shape(rows[0] + ".npy")
         path = os.path.join(out, "nodes", t, "orig_ids.npy") if name == "orig" else \
             os.path.join(out, "node_feats", t, f"{name}.npy")
         writer = NpyWriter(path, (n, *shape[1:]), dtype)
-        for d in pieces:
-            writer.write(np.load(os.path.join(d, f"p{p:05d}.{name}.npy")))
+        for piece in rows:
+            writer.write(np.load(piece + ".npy"))
+        writer.close()
+
+
+def _join_csr(pieces: list[str], n: int, base: str) -> None:
+    """The sparse rows saved at ``pieces`` (CSR ``.npy`` triples, in row order) as one CSR
+    triple at ``base``, written front to back; holds one piece."""
+    paths = [csr_paths(piece) for piece in pieces]
+    nnz = sum(npy_shape(f["values"])[0][0] for f in paths)
+    out = csr_paths(base)
+    index_dtype = npy_shape(paths[0]["indices"])[1]
+    writers = {"indptr": NpyWriter(out["indptr"], (n + 1,), np.int64),
+               "indices": NpyWriter(out["indices"], (nnz,), index_dtype),
+               "values": NpyWriter(out["values"], (nnz,), npy_shape(paths[0]["values"])[1])}
+    writers["indptr"].write(np.zeros(1, np.int64))
+    before = 0
+    for files in paths:
+        indptr = np.load(files["indptr"])
+        writers["indptr"].write(indptr[1:] + before)
+        writers["indices"].write(np.load(files["indices"]))
+        writers["values"].write(np.load(files["values"]))
+        before += int(indptr[-1])
+    for writer in writers.values():
         writer.close()
 
 

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from formats.sparse import CsrRows, is_csr
 from pipeline.arrayops import mix
 
 
 def row_hash(values: np.ndarray) -> np.ndarray:
     """One uint64 per row of ``values`` (any shape ``(n, ...)``), from the row's bytes.
     Floats are made canonical first, as verify's row comparison sees them: every NaN alike,
-    ``-0.0`` as ``0.0``. Holds a copy of ``values`` as 64-bit words."""
+    ``-0.0`` as ``0.0``. Holds a copy of ``values`` as 64-bit words. Sparse rows
+    (:class:`CsrRows`) hash their stored entries (column, value) and their count."""
+    if is_csr(values):
+        return _csr_row_hash(values)
     n = len(values)
     a = np.ascontiguousarray(values)
     if a.dtype.kind == "f":
@@ -29,6 +33,17 @@ def row_hash(values: np.ndarray) -> np.ndarray:
         raw = np.concatenate([raw, np.zeros((n, width - raw.shape[1]), np.uint8)], axis=1)
     words = np.ascontiguousarray(raw).view(np.uint64)
     return mix(raw.shape[1], *words.T) if words.shape[1] else mix(0, np.zeros(n, np.uint64))
+
+
+def _csr_row_hash(rows: CsrRows) -> np.ndarray:
+    """Per row: its entry count mixed with the wrapping sum of its entries' hashes (a prefix
+    sum, so no per-row loop). Holds a few uint64 per stored entry."""
+    entries = mix(np.asarray(rows.indices).astype(np.uint64),
+                  row_hash(np.asarray(rows.values).reshape(-1, 1)))
+    total = np.zeros(rows.nnz + 1, np.uint64)
+    np.cumsum(entries, out=total[1:])
+    indptr = np.asarray(rows.indptr)
+    return mix(np.diff(indptr).astype(np.uint64), total[indptr[1:]] - total[indptr[:-1]])
 
 
 def edge_hash(eids, src, dst, fields: list[np.ndarray]) -> np.ndarray:

@@ -28,6 +28,7 @@ from formats.output import (MANIFEST, fingerprint, link_files, make_manifest, re
                             restore_previous, same_work, side_paths, swap_into_place, write_json)
 from formats.partitioned import GRAPH_JSON, PartInfo, PartitionedGraph
 from formats.storage import is_url
+from formats.sparse import CSR, csr_paths
 from pipeline.cluster import ClusterOptions, TaskRunner, dask_client
 from formats.guard import guarded_output
 from .build import PartTask, build_part
@@ -210,7 +211,13 @@ def _feat_specs(local: str, part0: str, section: dict, kind: str) -> dict:
         folder = f"{kind}_feats/{owner if kind == 'node' else owner.dirname}"
         key = owner if kind == "node" else owner
         specs[key] = {}
-        for name in fields:
-            arr = np.load(os.path.join(local, part0, folder, f"{name}.npy"), mmap_mode="r")
+        for name, files in fields.items():
+            base = os.path.join(local, part0, folder, name)
+            if files.format == CSR:      # sparse rows stay sparse in the parts
+                values = np.load(csr_paths(base)["values"], mmap_mode="r")
+                specs[key][name] = {"dtype": str(values.dtype), "shape": [files.dim],
+                                    "format": CSR}
+                continue
+            arr = np.load(base + ".npy", mmap_mode="r")
             specs[key][name] = {"dtype": str(arr.dtype), "shape": list(arr.shape[1:])}
     return specs

@@ -33,10 +33,11 @@ from formats import ChunkedGraph, EdgeType, FormatError, load_chunked_graph
 from formats.npyio import npy_header_of, read_rows
 from formats.output import is_disk_full, write_array_chunk
 from formats.partitioned import PartitionedGraph, load_partitioned
+from formats.sparse import CSR, concat_rows, csr_paths, is_csr, load_csr
 from formats.validate import read_checked_edges
 from pipeline.arrayops import unique_ints
 from pipeline.cluster import ClusterOptions, TaskRunner, dask_client, workers_info
-from .fingerprint import add_prints, edge_hash, new_prints, node_hash
+from .fingerprint import add_prints, edge_hash, new_prints, node_hash, row_hash
 from .plan import RANGE_SIZE, data_fields
 
 
@@ -86,8 +87,24 @@ class VerifyPlan:
         except (ValueError, OSError, EOFError) as err:
             raise DamagedFile(p, path, f"unreadable or truncated .npy ({err})") from None
 
+    def node_field(self, p: int, t: str, name: str):
+        """Node data ``name`` of ``t`` in part ``p``, memory-mapped: an array, or
+        :class:`CsrRows` for a sparse field (graph.json's spec says "format": "csr")."""
+        spec = self.parts.node_feats[t][name]
+        if spec.get("format") != CSR:
+            return self.load(p, "node_feats", t, f"{name}.npy")
+        base = self.parts.part_path(p, "node_feats", t, name)
+        try:
+            return load_csr(base, int(spec["shape"][0]))
+        except FormatError as err:
+            raise DamagedFile(p, err.file, err.message) from None
+
     def rows(self, p: int, rel: tuple[str, ...], start: int, stop: int) -> np.ndarray:
-        """Rows ``[start, stop)`` of a part's ``.npy`` (read, not mapped)."""
+        """Rows ``[start, stop)`` of a part's ``.npy`` (read, not mapped); a sparse node
+        field's (``rel`` = ``("node_feats", t, "NAME.npy")``) as :class:`CsrRows`."""
+        if rel[0] == "node_feats" and self.parts.node_feats[rel[1]][rel[2][:-4]].get(
+                "format") == CSR:
+            return self.node_field(p, rel[1], rel[2][:-4]).rows_between(start, stop).copy()
         path = self.parts.part_path(p, *rel)
         try:
             return read_rows(path, start, stop)
@@ -158,6 +175,16 @@ def _node_headers(plan: VerifyPlan, p: int, t: str) -> None:
         raise DamagedFile(p, pg.part_path(p, "nodes", t, "halo_ids.npy"),
                           f"holds {dtype}{list(shape)}, expected int64[n]")
     for name, spec in pg.node_feats.get(t, {}).items():
+        if spec.get("format") == CSR:
+            files = csr_paths(pg.part_path(p, "node_feats", t, name))
+            _expect(p, files["indptr"], end - start + 1, ("int64",), (), f"{rows} + 1")
+            nnz = npy_header(p, files["values"])[0][:1]
+            _expect(p, files["values"], nnz[0] if nnz else 0, (spec["dtype"],), (),
+                    "sparse values")
+            _expect(p, files["indices"], nnz[0] if nnz else 0, ("int32", "int64"), (),
+                    "one column index per value")
+            plan.node_field(p, t, name)      # indptr's last entry = values stored
+            continue
         _expect(p, pg.part_path(p, "node_feats", t, f"{name}.npy"), end - start,
                 (spec["dtype"],), tuple(spec["shape"]), f"{rows}; node_feats")
 
@@ -192,7 +219,8 @@ def check_feature_specs(plan: VerifyPlan) -> str | None:
         for name, f in fields.items():
             spec = listed[name]
             if not isinstance(spec, dict) or spec.get("dtype") != f.spec.dtype or \
-                    tuple(spec.get("shape", ())) != f.spec.row_shape:
+                    tuple(spec.get("shape", ())) != f.spec.row_shape or \
+                    (spec.get("format") == CSR) != bool(f.csr_dim):
                 return (f"{where}: '{name}' is {spec}, the input's chunks hold "
                         f"{f.spec.describe()} ({f.spec.first_file})")
     return None
@@ -481,6 +509,11 @@ print_node_range = _Guarded(_print_node_range)
 
 
 def _rows(plan, parts, rows, rel, like) -> np.ndarray:
+    if is_csr(like):     # each part's rows, then put in the asked order
+        where = [np.flatnonzero(parts == q) for q in unique_ints(parts)]
+        got = concat_rows([plan.node_field(int(parts[w[0]]), rel[1], rel[2][:-4]).take(
+            rows[w]) for w in where]) if where else like[:0]
+        return got.take(np.argsort(np.concatenate(where))) if where else got
     out = np.empty_like(like)
     for q in unique_ints(parts):
         sel = parts == q
@@ -489,7 +522,10 @@ def _rows(plan, parts, rows, rel, like) -> np.ndarray:
 
 
 def _compare(got: np.ndarray, expect: np.ndarray) -> int | None:
-    """Index of the first differing row (NaN equals NaN), or None."""
+    """Index of the first differing row (NaN equals NaN), or None. Sparse rows are compared
+    by their 64-bit row hashes (the stored entries, in order)."""
+    if is_csr(got):
+        got, expect = row_hash(got), row_hash(expect)
     eq = (got == expect) | ((got != got) & (expect != expect)) if got.dtype.kind == "f" \
         else got == expect
     eq = eq.reshape(len(eq), -1).all(axis=1)

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from .errors import FormatError
 from .schema import ChunkFiles
+from .sparse import read_csr_parquet
 from .storage import is_url, open_file
 from .storage import size as storage_size
 
@@ -132,7 +133,10 @@ def read_array_chunk(path: str, files: ChunkFiles, *, mmap: bool = True) -> np.n
 
     Parquet: one numeric column gives 1-D; a list column or several numeric columns give 2-D.
     CSV: no header, values separated by the declared delimiter; one column gives 1-D.
+    CSR (sparse rows): a :class:`formats.sparse.CsrRows`.
     """
+    if files.format == "csr":
+        return read_csr_parquet(path, files.dim)
     if files.format == "numpy":
         try:
             if is_url(path):
@@ -226,7 +230,12 @@ def _read_csv_array(path: str, delimiter: str) -> np.ndarray:
 
 def array_info(path: str, files: ChunkFiles) -> ArrayInfo:
     """Rows, dtype and row shape of a data chunk without reading its values (npy, Parquet:
-    the footer and one row; a ``shape`` in the schema metadata gives the row shape)."""
+    the footer and one row; a ``shape`` in the schema metadata gives the row shape; CSR: the
+    footer and the schema)."""
+    if files.format == "csr":
+        # values are read as float32 whatever the file stores (formats.sparse)
+        return ArrayInfo(_parquet_file(path).metadata.num_rows, np.dtype(np.float32),
+                         (files.dim,))
     if files.format == "parquet":
         pf = _parquet_file(path)
         rows = pf.metadata.num_rows

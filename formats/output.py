@@ -178,9 +178,18 @@ def write_edge_chunk(path: str, src: np.ndarray, dst: np.ndarray) -> None:
 
 
 def write_array_chunk(path: str, array: np.ndarray) -> None:
-    """Write one data chunk as ``.npy`` (memory-mappable)."""
+    """Write one data chunk as ``.npy`` (memory-mappable). Sparse rows
+    (:class:`formats.sparse.CsrRows`) go to a CSR Parquet chunk where ``path`` ends in
+    ``.parquet``, else to the three ``.npy`` files beside ``path`` (``NAME.indptr.npy``...)."""
+    from .sparse import is_csr, save_csr, write_csr_parquet
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    save_npy(path, array)
+    if not is_csr(array):
+        save_npy(path, array)
+    elif path.endswith(".parquet"):
+        with writing(path):
+            write_csr_parquet(path, array)
+    else:
+        save_csr(path[:-len(".npy")] if path.endswith(".npy") else path, array)
 
 
 def save_npy(path: str, array: np.ndarray) -> None:

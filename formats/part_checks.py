@@ -27,6 +27,7 @@ from formats.errors import FormatError
 from formats.integrity import PART_JSON, check_part_files, npy_data_bytes, npy_header, \
     read_part_json
 from formats.partitioned import PartitionedGraph
+from formats.sparse import CSR, csr_paths
 from formats.validate import check_finite
 
 SLICE_ELEMENTS = 1 << 22
@@ -119,8 +120,11 @@ def _check_edges(g: PartitionedGraph, p: int, et, sources: int, destinations: in
 
 def _check_node_data(g: PartitionedGraph, p: int, t: str, owned: int) -> None:
     specs = g.node_feats.get(t, {})
+    for name, spec in specs.items():
+        if spec.get("format") == CSR:
+            _check_csr(csr_paths(g.part_path(p, "node_feats", t, name)), owned, spec)
     data = {name: _open(g.part_path(p, "node_feats", t, f"{name}.npy"), rows=owned, spec=spec)
-            for name, spec in specs.items()}
+            for name, spec in specs.items() if spec.get("format") != CSR}
     for name, arr in data.items():
         path = g.part_path(p, "node_feats", t, f"{name}.npy")
         if name in MASKS and arr.dtype != np.bool_:
@@ -128,6 +132,25 @@ def _check_node_data(g: PartitionedGraph, p: int, t: str, owned: int) -> None:
         _check_finite(arr, path)
     if "label" in data and data["label"].dtype.kind in "iu":
         _check_labels(g, p, t, data)
+
+
+def _check_csr(files: dict[str, str], owned: int, spec: dict) -> None:
+    """A sparse field's three files: indptr of ``owned + 1`` rows from 0, non-decreasing, to
+    the stored count; column indices in ``[0, width)``; finite values of the spec's dtype."""
+    values = _open(files["values"])
+    nnz = len(values)
+    if values.ndim != 1 or str(values.dtype) != spec["dtype"]:
+        raise FormatError(f"holds {values.dtype}{list(values.shape)}; graph.json says "
+                          f"{spec['dtype']}[n]", file=files["values"], field="dtype")
+    indptr = _open(files["indptr"], rows=owned + 1, integer=True)
+    if indptr[0] != 0 or indptr[-1] != nnz:
+        raise FormatError(f"runs from {int(indptr[0])} to {int(indptr[-1])}; the values file "
+                          f"holds {nnz}", file=files["indptr"],
+                          row=0 if indptr[0] != 0 else owned)
+    _check_increasing(indptr, files["indptr"], 0, nnz + 1, strict=False)
+    _check_range(_open(files["indices"], rows=nnz, integer=True), files["indices"], 0,
+                 int(spec["shape"][0]), "column index")
+    _check_finite(values, files["values"])
 
 
 def _check_labels(g: PartitionedGraph, p: int, t: str, data: dict) -> None:

@@ -15,7 +15,7 @@ from .storage import exists, join, read_text
 
 FORMAT_VERSION = 1
 METADATA = "metadata.json"
-DATA_FORMATS = ("parquet", "numpy", "csv")
+DATA_FORMATS = ("parquet", "numpy", "csv", "csr")
 # A CSV entry without "delimiter" reads as DGL's pipeline reads it: edge chunks with " "
 # (dataset_utils.py parses every CSV edge file so), data chunks with "," (its CSVArrayParser's
 # default: the pipeline passes only the format name).
@@ -59,11 +59,14 @@ class ChunkFiles:
     format: str
     files: tuple[str, ...]
     delimiter: str = ","
+    dim: int = 0            # "csr" (sparse rows, formats.sparse): the row width
 
     def to_json(self) -> dict:
         fmt = {"name": self.format}
         if self.format == "csv":
             fmt["delimiter"] = self.delimiter
+        if self.format == "csr":
+            fmt["dim"] = self.dim
         return {"format": fmt, "data": list(self.files)}
 
 
@@ -319,7 +322,11 @@ class _Loader:
         delimiter = entry["format"].get("delimiter", default_delimiter)
         if name == "csv" and (not isinstance(delimiter, str) or len(delimiter) != 1):
             self.fail("csv delimiter must be one character", f"{field}.format.delimiter")
-        return ChunkFiles(name, tuple(files), delimiter)
+        dim = entry["format"].get("dim", 0)
+        if name == "csr" and (type(dim) is not int or dim <= 0):
+            self.fail("a csr field needs its row width: a positive integer 'dim'",
+                      f"{field}.format.dim")
+        return ChunkFiles(name, tuple(files), delimiter, dim if name == "csr" else 0)
 
     def edge_files(self, edge_types, edge_chunks):
         section = self.require("edges", dict)

@@ -134,6 +134,11 @@ def is_csr(rows) -> bool:
     return isinstance(rows, CsrRows)
 
 
+def as_rows(rows):
+    """A row block as it moves: :class:`CsrRows` as is, anything else as a numpy array."""
+    return rows if is_csr(rows) else np.asarray(rows)
+
+
 def concat_rows(blocks: list):
     """Row blocks joined: dense arrays by ``np.concatenate``, :class:`CsrRows` as CSR (all of
     one kind)."""
@@ -153,9 +158,10 @@ def csr_paths(base: str) -> dict[str, str]:
 
 def save_csr(base: str, rows: CsrRows) -> None:
     """Write ``rows`` as ``base.{indptr,indices,values}.npy``."""
-    from .output import write_array_chunk
+    from .output import save_npy
+    os.makedirs(os.path.dirname(base) or ".", exist_ok=True)
     for name, path in csr_paths(base).items():
-        write_array_chunk(path, np.asarray(getattr(rows, name)))
+        save_npy(path, np.asarray(getattr(rows, name)))
 
 
 def load_csr(base: str, dim: int, mmap: bool = True) -> CsrRows:
@@ -196,17 +202,19 @@ def write_csr_parquet(path: str, rows: CsrRows) -> None:
 
 
 def csr_from_lists(indices: pa.Array, values: pa.Array | None, dim: int, *,
-                   file: str, field: str) -> CsrRows:
+                   file: str, field: str, row0: int = 0) -> CsrRows:
     """:class:`CsrRows` from a list column of active indices and (optionally) a list column of
     their values (None: every value 1.0, multi-hot), checked: no null row, values as long as
-    indices in every row, indices in ``[0, dim)``. Raises :class:`FormatError` naming the row."""
+    indices in every row, indices in ``[0, dim)``. Raises :class:`FormatError` naming the row
+    (``row0``: the file row of the columns' first row)."""
     if isinstance(indices, pa.ChunkedArray):
         indices = indices.combine_chunks()
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if indices.null_count:
         row = int(np.flatnonzero(indices.is_null().to_numpy(zero_copy_only=False))[0])
-        raise FormatError("null list of active indices", file=file, field=field, row=row)
+        raise FormatError("null list of active indices", file=file, field=field,
+                          row=row0 + row)
     offsets = indices.offsets.to_numpy().astype(np.int64)
     cols = indices.flatten().to_numpy(zero_copy_only=False)
     if cols.dtype.kind not in "iu" or pa.types.is_null(indices.type.value_type):
@@ -217,22 +225,19 @@ def csr_from_lists(indices: pa.Array, values: pa.Array | None, dim: int, *,
     if values is None:
         vals = np.ones(len(cols), dtype=np.float32)
     else:
-        if values.null_count or len(values) != len(indices) or \
-                not np.array_equal(values.offsets.to_numpy(), indices.offsets.to_numpy()):
-            lengths = (pa.compute.list_value_length(values).to_numpy(zero_copy_only=False),
-                       pa.compute.list_value_length(indices).to_numpy(zero_copy_only=False))
-            bad = np.flatnonzero(lengths[0] != lengths[1]) if len(values) == len(indices) \
-                else [0]
-            row = int(bad[0]) if len(bad) else 0
-            raise FormatError("values and indices lists differ in length", file=file,
-                              field=field, row=row)
+        same = np.diff(values.offsets.to_numpy()) == np.diff(indices.offsets.to_numpy())
+        if values.null_count or not same.all():
+            row = int(np.flatnonzero(~same | values.is_null().to_numpy(
+                zero_copy_only=False))[0])
+            raise FormatError("the values list differs in length from the indices list (or "
+                              "is null)", file=file, field=field, row=row0 + row)
         vals = values.flatten().to_numpy(zero_copy_only=False).astype(np.float32)
     outside = (cols < 0) | (cols >= dim)
     if outside.any():
         at = int(np.flatnonzero(outside)[0])
         row = int(np.searchsorted(offsets, at, side="right") - 1)
         raise FormatError(f"active index {int(cols[at])} outside [0, {dim})", file=file,
-                          field=field, row=row)
+                          field=field, row=row0 + row)
     offsets -= offsets[0]
     return CsrRows(offsets, cols.astype(index_dtype(dim)), vals, dim)
 

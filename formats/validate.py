@@ -17,6 +17,7 @@ from .arrays import (_parquet_file, array_info, edge_column_names, read_array_ch
                      read_edge_chunk)
 from .errors import FormatError
 from .schema import METADATA, ChunkedGraph, ChunkFiles
+from .sparse import CsrRows
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +180,15 @@ def check_finite(values: np.ndarray, nan_policy: str, *, file: str, field: str |
     per-value mask built, which also clears a sum that merely overflowed. ``hint`` ends the
     error's message (what the user can do about it; None: :func:`nan_hint` of ``field``).
     """
+    if isinstance(values, CsrRows):      # only stored values can be NaN: find their first row
+        stored = np.asarray(values.values)
+        bad = np.flatnonzero(~np.isfinite(stored)) if nan_policy != "ignore" and \
+            not np.isfinite(stored.sum()) else ()
+        if not len(bad):
+            return None
+        flags = np.zeros((len(values), 1), np.float32)
+        flags[int(values.row_of_entries()[bad[0]])] = np.nan   # worded by the dense path
+        values = flags
     if nan_policy == "ignore" or values.dtype.kind not in "fc" or values.size == 0:
         return None
     values = np.asarray(values)

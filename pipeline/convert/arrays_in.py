@@ -11,17 +11,24 @@ import zipfile
 
 import numpy as np
 
-from formats import EdgeType, FormatError
-from formats.output import save_npy
-from .sources import ArrayEdges, EdgeSource, NpyArray, SourceGraph
+from formats import ChunkFiles, EdgeType, FormatError
+from formats.output import save_npy, write_array_chunk
+from formats.sparse import CSR, is_csr
+from .sources import ArrayEdges, ArraySource, ChunkedArray, EdgeSource, NpyArray, SourceGraph
 
 FIELD_ALIASES = {"x": "feat", "y": "label", "edge_attr": "feat"}
 
 
-def stage(staging: str, key: str, array) -> NpyArray:
-    """Save ``array`` as ``staging/key.npy`` and return it as a memory-mapped source."""
-    path = os.path.join(staging, key.replace("/", "__").replace(":", "_") + ".npy")
+def stage(staging: str, key: str, array) -> ArraySource:
+    """Save ``array`` as ``staging/key.npy`` and return it as a memory-mapped source; sparse
+    rows (:class:`CsrRows`) as a CSR chunk ``staging/key.parquet``, kept sparse."""
+    stem = key.replace("/", "__").replace(":", "_")
     os.makedirs(staging, exist_ok=True)
+    if is_csr(array):
+        write_array_chunk(os.path.join(staging, stem + ".parquet"), array)
+        return ChunkedArray(stem, staging, ChunkFiles(CSR, (stem + ".parquet",), dim=array.dim),
+                            (len(array),))
+    path = os.path.join(staging, stem + ".npy")
     save_npy(path, np.ascontiguousarray(np.asarray(array)))
     return NpyArray.open(path)
 

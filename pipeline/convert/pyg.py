@@ -20,6 +20,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from formats import EdgeType, FormatError
+from formats.sparse import CsrRows, index_dtype
 from .arrays_in import edge_index_parts, split_edge_index, stage
 from .sources import EdgeSource, SourceGraph
 
@@ -183,6 +184,21 @@ def _as_numpy(value):
     return t.numpy()
 
 
+def _as_csr(value) -> CsrRows | None:
+    """A 2-D sparse torch tensor (COO, CSR, ...) as :class:`CsrRows`, kept sparse (node data:
+    bag-of-words and multi-hot features); None for anything else."""
+    import torch
+
+    if not isinstance(value, torch.Tensor) or value.layout == torch.strided or value.dim() != 2:
+        return None
+    t = value.detach().cpu()
+    csr = t.coalesce().to_sparse_csr() if t.layout == torch.sparse_coo else t.to_sparse_csr()
+    dim = int(csr.shape[1])
+    return CsrRows(csr.crow_indices().numpy().astype(np.int64),
+                   csr.col_indices().numpy().astype(index_dtype(dim)),
+                   csr.values().numpy().astype(np.float32, copy=False), dim)
+
+
 def _describe(value) -> str:
     """``Tensor [2, 300] int64``, ``int``: how an attribute is shown in the log line."""
     shape = getattr(value, "shape", None)
@@ -213,7 +229,8 @@ def _carried(store, key: str, levels: dict, skipped: list, where: str):
     if str(getattr(value, "dtype", "")) == "torch.bfloat16":
         skipped.append(f"{name} ({level}-level bfloat16, no NumPy dtype: cast it to float32)")
         return None
-    array = _as_numpy(value)
+    array = _as_csr(value) if level == "node" else None
+    array = _as_numpy(value) if array is None else array
     if array is None:
         skipped.append(f"{name} ({level}-level {_describe(value)}, not a tensor)")
         return None

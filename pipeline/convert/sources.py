@@ -25,6 +25,7 @@ from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError
 from formats.arrays import (_as_int64, _int_column, _parquet_file, array_info,
                             read_array_chunk, read_edge_chunk, table_to_array)
 from formats.schema import METADATA
+from formats.sparse import CSR, CsrRows, as_rows, concat_rows
 from formats.storage import open_file
 from formats.validate import FieldSpec, check_finite
 
@@ -365,6 +366,11 @@ class ArraySource:
     def num_rows(self) -> int | None:
         return None
 
+    @property
+    def csr_dim(self) -> int:
+        """Row width of a sparse source (reads give :class:`CsrRows`); 0 for dense."""
+        return 0
+
     def read(self, start: int, stop: int) -> np.ndarray:
         raise NotImplementedError
 
@@ -424,6 +430,10 @@ class ChunkedArray(ArraySource):
     def num_rows(self) -> int:
         return sum(self.rows_per_file)
 
+    @property
+    def csr_dim(self) -> int:
+        return self.files.dim if self.files.format == CSR else 0
+
     def read(self, start: int, stop: int,
              check: Callable[[str, np.ndarray, int], None] | None = None) -> np.ndarray:
         """Rows ``[start, stop)``. ``check(path, rows, first row in that file)`` sees each file's
@@ -435,12 +445,14 @@ class ChunkedArray(ArraySource):
             lo, hi = max(start, bounds[i]), min(stop, bounds[i + 1])
             if lo < hi:
                 path = join(self.root, rel)
-                piece = np.asarray(read_array_chunk(path, self.files)[lo - bounds[i]:
-                                                                      hi - bounds[i]])
+                piece = as_rows(read_array_chunk(path, self.files)[lo - bounds[i]:
+                                                                   hi - bounds[i]])
                 if check is not None:
                     check(path, piece, int(lo - bounds[i]))
                 parts.append(piece)
-        return np.concatenate(parts) if parts else np.empty(0)
+        if not parts:
+            return CsrRows.empty(self.files.dim) if self.files.format == CSR else np.empty(0)
+        return concat_rows(parts)
 
 
 @dataclass(frozen=True)
@@ -457,10 +469,15 @@ class DataField:
     spec: FieldSpec
     nan_policy: str = "error"
 
+    @property
+    def csr_dim(self) -> int:
+        """Row width of a sparse field (0: dense)."""
+        return self.array.csr_dim
+
     def read(self, start: int, stop: int) -> np.ndarray:
         """Rows ``[start, stop)`` of the field; a NaN/inf under "error" raises
         :class:`FormatError` naming the chunk file and its row, under "warn" is logged."""
-        return np.asarray(self.array.read(start, stop, check=self._check))
+        return as_rows(self.array.read(start, stop, check=self._check))
 
     def _check(self, path: str, rows: np.ndarray, row0: int) -> None:
         warning = check_finite(rows, self.nan_policy, file=path, field=self.field, row0=row0)

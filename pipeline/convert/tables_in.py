@@ -19,10 +19,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from formats import ChunkFiles, EdgeType
-from formats.output import save_npy, writing
+from formats.output import save_npy, write_array_chunk, writing
+from formats.sparse import CsrRows
 from ..keys.job import EdgeTable, MappedKeys, NodeTable, map_keys
 from ..split_edges import SplitSpec as EdgeSplit
-from ..tables.columns import (EncodeTask, VocabTask, encode_part, merge_vocabularies,
+from ..tables.columns import (EncodeTask, VocabTask, encode_part, field_file, merge_vocabularies,
                               part_vocabulary)
 from ..tables.config import Fields, FieldSpec, TablesConfig
 from ..tables.parts import csv_format, input_files, is_parquet, table_parts, with_columns
@@ -136,19 +137,28 @@ def _node_data(nodes, node_fields, vocab, mapped: MappedKeys, staging, runner):
     for ntype, fields, mine in owners:
         counts = [next(rows) for _ in mine]
         extra = mapped.num_nodes[ntype] - sum(counts)
+        dims = {f.name: f.dim for f in fields.fields if f.kind == "sparse"}
         for name in fields.names:
-            files = [f"{task.target}.{name}.npy" for task in mine]
+            dim = dims.get(name, 0)
+            files = [field_file(task.target, name, bool(dim)) for task in mine]
             if extra:
-                files.append(_fill(files[0], extra))
+                files.append(_fill(files[0], extra, dim))
             out.setdefault(ntype, {})[name] = ChunkedArray(
-                files[0], staging, ChunkFiles("numpy", tuple(os.path.relpath(f, staging)
-                                                             for f in files)),
+                files[0], staging, ChunkFiles("csr" if dim else "numpy",
+                                              tuple(os.path.relpath(f, staging) for f in files),
+                                              dim=dim),
                 tuple(counts + ([extra] if extra else [])))
     return out
 
 
-def _fill(like: str, rows: int) -> str:
-    """Rows for added nodes, shaped like ``like``'s: 0 features, label -1, masks False."""
+def _fill(like: str, rows: int, csr_dim: int = 0) -> str:
+    """Rows for added nodes, shaped like ``like``'s: 0 features (sparse: no entries), label
+    -1, masks False."""
+    if csr_dim:
+        path = like[:-len(".parquet")] + ".added.parquet"
+        write_array_chunk(path, CsrRows(np.zeros(rows + 1, np.int64), np.empty(0, np.int32),
+                                        np.empty(0, np.float32), csr_dim))
+        return path
     sample = np.load(like, mmap_mode="r")
     fill = -1 if sample.dtype.kind == "i" else 0
     path = like[:-4] + ".added.npy"

@@ -23,6 +23,7 @@ import numpy as np
 from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError, even_chunks
 from formats.output import write_array_chunk, write_edge_chunk
 from formats.validate import check_ids
+from formats.sparse import as_rows, concat_rows
 from .sources import ArraySource, EdgePart, SourceGraph
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,10 @@ class Transforms:
 
 # ----------------------------------------------------------------------------- node data
 
-def data_path(section: str, owner: str, name: str, chunk: int | str) -> str:
+def data_path(section: str, owner: str, name: str, chunk: int | str, csr: bool = False) -> str:
+    """A data chunk's path in the chunked graph (sparse fields: a CSR Parquet chunk)."""
     tag = f"{chunk:05d}" if isinstance(chunk, int) else chunk
-    return f"{section}/{owner}/{name}/part-{tag}.npy"
+    return f"{section}/{owner}/{name}/part-{tag}.{'parquet' if csr else 'npy'}"
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class ArrayChunkTask:
 
 def write_array_range(task: ArrayChunkTask) -> int:
     """Read rows ``[start, stop)`` of a random-access source and write them as one chunk."""
-    values = np.asarray(task.source.read(task.start, task.stop))
+    values = as_rows(task.source.read(task.start, task.stop))
     if len(values) != task.stop - task.start:
         raise FormatError(f"expected {task.stop - task.start} rows from row {task.start}, "
                           f"found {len(values)}", file=task.source.path)
@@ -81,8 +83,8 @@ def write_array_stream(task: ArrayStreamTask) -> list[int]:
     """Stream a source into chunks of exactly ``chunk_size`` rows (last smaller)."""
     sizes = []
     for chunk in rechunk(task.source.blocks(), task.chunk_size):
-        write_array_chunk(os.path.join(task.out, data_path(task.section, task.owner, task.name,
-                                                           len(sizes))), chunk)
+        write_array_chunk(os.path.join(task.out, data_path(
+            task.section, task.owner, task.name, len(sizes), bool(task.source.csr_dim))), chunk)
         sizes.append(len(chunk))
     return sizes
 
@@ -94,7 +96,7 @@ def rechunk(blocks, size: int):
         pending.append(block)
         count += len(block)
         while count >= size:
-            merged = np.concatenate(pending)
+            merged = concat_rows(pending)
             yield merged[:size]
             pending, count = [merged[size:]], count - size
     if count:
@@ -273,7 +275,8 @@ def _write_node_data(source: SourceGraph, out: str, chunk_size: int, runner):
                 stream_tasks.append(ArrayStreamTask(src, out, "node_data", t, name, chunk_size))
                 continue
             bounds = np.cumsum((0,) + even_chunks(src.num_rows, chunk_size))
-            range_tasks += [ArrayChunkTask(src, out, data_path("node_data", t, name, i),
+            range_tasks += [ArrayChunkTask(src, out, data_path("node_data", t, name, i,
+                                                               bool(src.csr_dim)),
                                            int(bounds[i]), int(bounds[i + 1]))
                             for i in range(len(bounds) - 1)]
     rows: dict[tuple[str, str], list[int]] = {}
@@ -291,8 +294,10 @@ def _write_node_data(source: SourceGraph, out: str, chunk_size: int, runner):
                               file=src.path, field=f"{t}/{name}")
         num_nodes[t] = total
         node_chunks[t] = tuple(sizes)
+        dim = src.csr_dim     # sparse rows stay sparse: CSR chunks, formats.sparse
         node_data.setdefault(t, {})[name] = ChunkFiles(
-            "numpy", tuple(data_path("node_data", t, name, i) for i in range(len(sizes))))
+            "csr" if dim else "numpy", tuple(data_path("node_data", t, name, i, bool(dim))
+                                             for i in range(len(sizes))), dim=dim)
     return num_nodes, node_chunks, node_data
 
 

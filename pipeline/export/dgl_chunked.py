@@ -41,6 +41,7 @@ import pyarrow.csv as pacsv
 
 from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError, load_chunked_graph
 from formats.arrays import read_array_chunk, read_edge_chunk
+from formats.sparse import is_csr
 from formats.output import save_npy, write_json, writing
 from formats.schema import METADATA
 from formats.storage import is_url
@@ -129,8 +130,8 @@ def export_data_chunk(task: DataChunkTask) -> ChunkInfo:
     if task.files.format == "numpy" and not is_url(task.source):
         with writing(task.target):
             shutil.copyfile(task.source, task.target)
-    else:
-        save_npy(task.target, np.asarray(array))
+    else:     # DGL's format is dense: a sparse chunk is densified (its rows x width held)
+        save_npy(task.target, array.to_dense() if is_csr(array) else np.asarray(array))
     return ChunkInfo(int(array.shape[0]), array.dtype.str, tuple(array.shape[1:]))
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from formats import EdgeType, FormatError
 from formats.partitioned import PartitionedGraph
+from formats.sparse import CSR, load_csr
 from pipeline.arrayops import unique_ints
 
 
@@ -70,9 +71,17 @@ class PartView:
         return PartEdges(src, dst, np.asarray(self.load(*base, "orig_ids.npy")))
 
     def node_data(self, ntype: str) -> dict[str, np.ndarray]:
-        """Every node data field of ``ntype``, rows in :meth:`owned` order."""
-        return {name: np.asarray(self.load("node_feats", ntype, f"{name}.npy"))
-                for name in self.graph.node_feats.get(ntype, {})}
+        """Every node data field of ``ntype``, rows in :meth:`owned` order. Sparse fields are
+        densified (PyG's and DGL's part layouts hold dense tensors): the part's field dense in
+        memory, rows x width x 4 B."""
+        out = {}
+        for name, spec in self.graph.node_feats.get(ntype, {}).items():
+            if spec.get("format") == CSR:
+                base = self.graph.part_path(self.p, "node_feats", ntype, name)
+                out[name] = load_csr(base, int(spec["shape"][0])).to_dense()
+            else:
+                out[name] = np.asarray(self.load("node_feats", ntype, f"{name}.npy"))
+        return out
 
     def edge_data(self, et: EdgeType) -> dict[str, np.ndarray]:
         """Every edge data field of ``et``, rows in :meth:`edges` order."""

@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from formats import FormatError
-from formats.output import save_npy
+from formats.output import save_npy, write_array_chunk
+from formats.sparse import csr_from_lists, is_csr
 from ..arrayops import mix
 from .config import SPLIT_NAMES, FieldSpec, SplitSpec
 from ..keys.pieces import read_part
@@ -109,7 +110,8 @@ def encode_part(task: EncodeTask) -> int:
         _check_labels_in_training(task, arrays)
     os.makedirs(os.path.dirname(task.target), exist_ok=True)
     for name, values in arrays.items():
-        save_npy(f"{task.target}.{name}.npy", values[keep] if keep is not None else values)
+        write_array_chunk(field_file(task.target, name, is_csr(values)),
+                          values[keep] if keep is not None else values)
     if task.edge_split is not None:
         from ..split_edges import MASKS, split_codes
         codes = split_codes(task.edge_split, np.load(task.ids + ".src.npy"),
@@ -119,7 +121,16 @@ def encode_part(task: EncodeTask) -> int:
     return int(keep.sum()) if keep is not None else n
 
 
+def field_file(target: str, name: str, csr: bool) -> str:
+    """Where :func:`encode_part` writes field ``name`` of a part (sparse: a CSR chunk)."""
+    return f"{target}.{name}.{'parquet' if csr else 'npy'}"
+
+
 def _encode(f: FieldSpec, vocab: tuple, table: pa.Table, task: EncodeTask) -> np.ndarray:
+    if f.kind == "sparse":
+        return csr_from_lists(table.column(f.columns[0]), table.column(f.columns[1])
+                              if len(f.columns) > 1 else None, f.dim, file=task.part.path,
+                              field=f.columns[0], row0=task.first_row)
     if f.kind == "feature":
         return np.concatenate([_numeric(table.column(c), task, c) for c in f.columns], axis=1
                               ).astype(f.dtype, copy=False)

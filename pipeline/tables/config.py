@@ -25,13 +25,16 @@ class FieldSpec:
     """One output field from input columns: ``feature`` (numeric and fixed-length list
     columns, concatenated in order, as float32 unless ``dtype``), ``categorical`` (one column
     of strings or integers -> int64 codes, the vocabulary saved; ``one_hot`` -> float32
-    one-hot), ``label`` (class names or integers -> class indices, the names saved)."""
+    one-hot), ``label`` (class names or integers -> class indices, the names saved),
+    ``sparse`` (node tables: a list column of active indices, optionally a list column of their
+    values, -> sparse float32 rows ``dim`` wide, kept sparse: :mod:`formats.sparse`)."""
 
     name: str
     kind: str
     columns: tuple[str, ...]
     dtype: str = "float32"
     one_hot: bool = False
+    dim: int = 0               # sparse: the row width (active indices in [0, dim))
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,8 @@ class _Loader:
             out.append(FieldSpec(name, "categorical", (self.text(spec.get("column"),
                                                                  f"{w}.column"),),
                                  "int64", one_hot))
+        for name, spec in (raw.get("sparse") or {}).items():
+            out.append(self.sparse(name, spec, f"{where}.sparse.{name}"))
         label = raw.get("label")
         if label is not None:
             if isinstance(label, str):
@@ -217,6 +222,18 @@ class _Loader:
         if set(names) & {f"{s}_mask" for s in SPLIT_NAMES}:
             self.fail("train_mask/val_mask/test_mask come from split:", where)
         return tuple(out)
+
+    def sparse(self, name: str, spec, where: str) -> FieldSpec:
+        """``{indices: COLUMN, values: COLUMN (optional: all 1.0), dim: WIDTH}``."""
+        spec = self.mapping(spec, where, ("indices", "values", "dim"))
+        dim = spec.get("dim")
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
+            self.fail("must be the row width, a positive integer (active indices are in "
+                      "[0, dim))", f"{where}.dim")
+        cols = (self.text(spec.get("indices"), f"{where}.indices"),)
+        if spec.get("values") is not None:
+            cols += (self.text(spec.get("values"), f"{where}.values"),)
+        return FieldSpec(name, "sparse", cols, "float32", dim=dim)
 
     def columns(self, value, where: str) -> tuple[str, ...]:
         cols = [value] if isinstance(value, str) else value
@@ -248,7 +265,7 @@ class _Loader:
 
     def node(self, raw, where: str) -> NodeTableSpec:
         raw = self.mapping(raw, where, ("type", "files", "key", "features", "categorical",
-                                        "label", "split", "csv"))
+                                        "sparse", "label", "split", "csv"))
         return NodeTableSpec(self.text(raw.get("type"), f"{where}.type"),
                              self.files(raw.get("files"), f"{where}.files"),
                              self.text(raw.get("key"), f"{where}.key"),

@@ -605,11 +605,12 @@ def _localize(run: TaskRunner, plan: VerifyPlan, focus: dict, holders) -> None:
 
 
 def run_verify(chunked: str, partitioned: str, cluster: ClusterOptions,
-               nan_policy: str = "error") -> dict:
-    """Check ``partitioned`` against ``chunked``; raises :class:`VerifyError` on the first
-    mismatch or damaged part file, :class:`FormatError` on bad input (``nan_policy`` applies
-    to the input's float data as it is read); returns counts checked. Writes nothing unless
-    a difference must be located."""
+               nan_policy: str = "error", tables: str | None = None) -> dict:
+    """Check ``partitioned`` against ``chunked`` (and, with ``tables``, a tables config,
+    ``chunked`` against those tables by key first: :mod:`dispatch.tables_check`); raises
+    :class:`VerifyError` on the first mismatch or damaged part file, :class:`FormatError` on
+    bad input (``nan_policy`` applies to the input's float data as it is read); returns counts
+    checked. Writes nothing unless a difference must be located."""
     graph = load_chunked_graph(chunked)
     parts = load_partitioned(partitioned)
     if parts.num_nodes != graph.num_nodes or parts.num_edges != graph.num_edges:
@@ -617,8 +618,15 @@ def run_verify(chunked: str, partitioned: str, cluster: ClusterOptions,
     node_fields, edge_fields = data_fields(graph, nan_policy)   # every chunk's header checked
     plan = VerifyPlan(graph, parts, "", node_fields=node_fields, edge_fields=edge_fields)
     _raise_first([check_feature_specs(plan)])
+    checked_tables = None
     with dask_client(cluster) as client:
         run = TaskRunner(client, cluster.progress)
+        if tables is not None:
+            from .tables_check import TablesMismatch, check_tables
+            try:
+                checked_tables = check_tables(tables, chunked, run)
+            except TablesMismatch as err:
+                raise VerifyError(f"tables: {err}") from None
         holders = _holders(client, parts)
         # Phase 2 reads what phase 1 vouched for: a damaged part stops the run here.
         printed = _raise_first(run(check_part, [(plan, p) for p in range(parts.num_parts)],
@@ -632,4 +640,5 @@ def run_verify(chunked: str, partitioned: str, cluster: ClusterOptions,
                            _raise_first(run(print_node_range, nodes, "verify nodes")))
         if focus:
             _localize(run, plan, focus, holders)
-    return {"edges": sum(graph.num_edges.values()), "nodes": sum(graph.num_nodes.values())}
+    return {"edges": sum(graph.num_edges.values()), "nodes": sum(graph.num_nodes.values()),
+            "tables": checked_tables}

@@ -62,6 +62,7 @@ class PartitionedResult:
 class VerifyResult:
     edges: int
     nodes: int
+    tables: dict | None = None     # with tables=: {"rows": node table rows, "edges": ...}
 
 
 @dataclass(frozen=True)
@@ -228,15 +229,17 @@ def dispatch(chunked: str, assignment: str, out: str, *, machines: tuple[str, ..
     return PartitionedResult(out, graph)
 
 
-def verify(chunked: str, partitioned: str, *, nan_policy: str = "error", client=None,
-           **cluster) -> VerifyResult:
-    """Check that ``partitioned`` holds exactly ``chunked``; raises
-    ``dispatch.verify.VerifyError`` naming the first difference."""
+def verify(chunked: str, partitioned: str, *, nan_policy: str = "error",
+           tables: str | None = None, client=None, **cluster) -> VerifyResult:
+    """Check that ``partitioned`` holds exactly ``chunked`` (and, with ``tables``, the path
+    of the tables config ``chunked`` was made from, that ``chunked`` holds exactly those
+    tables, row by row by key); raises ``dispatch.verify.VerifyError`` naming the first
+    difference."""
     from dispatch.verify import run_verify
 
     counts = run_verify(_abs(chunked), _abs(partitioned), cluster_options(client, **cluster),
-                        nan_policy)
-    return VerifyResult(counts["edges"], counts["nodes"])
+                        nan_policy, _abs(tables) if tables else None)
+    return VerifyResult(counts["edges"], counts["nodes"], counts["tables"])
 
 
 def split_edges(chunked: str, out: str, *, etype: str, val: float = 0.05, test: float = 0.1,

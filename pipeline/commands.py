@@ -397,19 +397,28 @@ class VerifyFailed(click.ClickException):
 @click.argument("chunked", type=click.Path(exists=True, file_okay=False), callback=local_path)
 @click.argument("partitioned", callback=local_path)
 @nan_option
+@click.option("--tables", type=click.Path(exists=True, dir_okay=False), default=None,
+              metavar="CONFIG", help="Also check CHUNKED against the tables it was made from "
+              "(the CONFIG given to `prep chunk`), row by row by key: every node row's fields "
+              "and every edge's endpoints and fields. Default: no tables check.")
 @cluster_options
-def verify(chunked, partitioned, nan_policy, cluster: ClusterOptions):
+def verify(chunked, partitioned, nan_policy, tables, cluster: ClusterOptions):
     """Check that the partitioned graph PARTITIONED (its folder or graph.json) holds exactly the
     chunked graph CHUNKED: every edge once with its original endpoints and edge data, every node
     once with its features, labels and masks, consistent partition book, exact halo lists.
-    Streaming, chunk by chunk. Exit 1 naming the first mismatch (part, type, original ID).
+    Streaming, chunk by chunk. Exit 1 naming the first mismatch (part, type, original ID; with
+    --tables, the table file and key).
     """
     from dispatch.verify import VerifyError
 
     try:
-        counts = api.verify(chunked, partitioned, nan_policy=nan_policy, **_on(cluster))
+        counts = api.verify(chunked, partitioned, nan_policy=nan_policy, tables=tables,
+                            **_on(cluster))
     except VerifyError as err:
         raise VerifyFailed(f"verify failed: {err}") from None
+    if counts.tables is not None:
+        click.echo(f"tables: {counts.tables['rows']:,} node rows and "
+                   f"{counts.tables['edges']:,} edges match the chunked graph by key")
     click.echo(f"verified: {counts.edges:,} edges and {counts.nodes:,} nodes match the input")
 
 

@@ -100,25 +100,37 @@ class EncodeTask:
 def encode_part(task: EncodeTask) -> int:
     """Write the part's fields; returns its rows (after ``keep``)."""
     table = read_part(task.part)
-    n = table.num_rows
     keep = np.load(task.keep) if task.keep else None
-    arrays = {}
-    for f, vocab in zip(task.fields, task.vocabularies):
-        arrays[f.name] = _encode(f, vocab, table, task)
-    if task.split is not None:
-        arrays.update(_split_masks(task, table, n))
-        _check_labels_in_training(task, arrays)
+    arrays = encode_fields(task, table)
     os.makedirs(os.path.dirname(task.target), exist_ok=True)
     for name, values in arrays.items():
         write_array_chunk(field_file(task.target, name, is_csr(values)),
                           values[keep] if keep is not None else values)
     if task.edge_split is not None:
-        from ..split_edges import MASKS, split_codes
-        codes = split_codes(task.edge_split, np.load(task.ids + ".src.npy"),
-                            np.load(task.ids + ".dst.npy"))
-        for code, name in enumerate(MASKS):
-            save_npy(f"{task.target}.{name}.npy", codes == code)
-    return int(keep.sum()) if keep is not None else n
+        masks = edge_split_masks(task, np.load(task.ids + ".src.npy"),
+                                 np.load(task.ids + ".dst.npy"))
+        for name, values in masks.items():
+            save_npy(f"{task.target}.{name}.npy", values)
+    return int(keep.sum()) if keep is not None else table.num_rows
+
+
+def encode_fields(task: EncodeTask, table: pa.Table) -> dict:
+    """``{field: rows}`` of the part's ``table`` (every row, before ``keep``): its fields and,
+    for a node table with a split, the split masks. Holds the part's encoded rows."""
+    arrays = {f.name: _encode(f, vocab, table, task)
+              for f, vocab in zip(task.fields, task.vocabularies)}
+    if task.split is not None:
+        arrays.update(_split_masks(task, table, table.num_rows))
+        _check_labels_in_training(task, arrays)
+    return arrays
+
+
+def edge_split_masks(task: EncodeTask, src: np.ndarray, dst: np.ndarray) -> dict:
+    """The link split's masks of kept edges ``src -> dst`` (IDs), drawn by their endpoints
+    as ``prep split-edges`` draws them."""
+    from ..split_edges import MASKS, split_codes
+    codes = split_codes(task.edge_split, src, dst)
+    return {name: codes == code for code, name in enumerate(MASKS)}
 
 
 def field_file(target: str, name: str, csr: bool) -> str:

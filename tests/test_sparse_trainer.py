@@ -157,6 +157,8 @@ def test_sparse_rows_match_dense_indexing():
     assert torch.equal(joined.to_dense(), dense)
     extra = torch.rand((40, 2))
     assert torch.equal(rows.with_dense_columns(extra).to_dense(), torch.cat([dense, extra], 1))
+    none = rows[:0].with_dense_columns(extra[:0])                # a type absent from a batch
+    assert none.shape == (0, 27) and none.nnz == 0
     assert rows.nbytes == 41 * 8 + rows.nnz * (8 + 4)
     on_disk = CsrRows.from_dense(dense.numpy())                 # formats' numpy rows
     assert torch.equal(SparseRows.from_csr(on_disk).to_dense(), dense)
@@ -411,3 +413,21 @@ def test_link_prediction_and_embed_on_sparse_parts_equal_the_dense_run(e2e, tmp_
         info["dense"]["full_neighbor"]["test_auc"], abs=1e-3)
     degree = train(e2e["link_sparse"], tmp_path, "degree", *LINK, "--epochs", 3)
     assert degree["summary"]["test_auc"] >= 0.7, degree["summary"]      # chance: 0.5
+
+
+def test_heterogeneous_link_prediction_with_a_sparse_type_beats_chance(scheduler, mag_parts,
+                                                                      tmp_path):
+    """ogbn-mag-shaped: papers' features as CSR (dense random rows, every entry stored),
+    authors and the other types featureless (constant input plus log-degree), so batches mix
+    sparse and dense inputs and often miss a type; R-GCN takes the sparse type as is."""
+    chunked, _ = mag_parts
+    run_prep(scheduler, "split-edges", chunked, tmp_path / "s", "--etype", "paper:cites:paper")
+    graph_json = sparse_copy(dispatched(scheduler, tmp_path / "s", tmp_path / "d", 2),
+                             tmp_path / "sparse")
+    if not rank_checks_know_csr(graph_json):
+        pytest.skip("formats/part_checks.py does not check CSR node data yet (pipeline side)")
+    for model in ("sage", "rgcn"):
+        summary = train(graph_json, tmp_path, model, "--task", "link", "--target-etype",
+                        "cites", "--fanouts", "5,5", "--batch-size", 512, "--epochs", 3,
+                        "--lr", 0.01, "--hidden", 32, "--model", model)["summary"]
+        assert summary["test_auc"] >= 0.75, (model, summary)          # chance: 0.5

@@ -280,7 +280,9 @@ class FeatureFetcher:
 
 def _append(x, extras: list[torch.Tensor]):
     """Input rows ``x`` (dense or sparse) with the dense ``extras`` columns appended, float32."""
-    extra = torch.cat([e.float().reshape(len(e), -1) for e in extras], 1)
+    # flatten(1), not reshape(n, -1): a batch may have no node of a type (n = 0)
+    extra = torch.cat([e.float().flatten(1) if e.dim() > 1 else e.float()[:, None]
+                       for e in extras], 1)
     if is_sparse(x):
         return x.float().with_dense_columns(extra)
     return torch.cat([x.float().flatten(1), extra], 1)

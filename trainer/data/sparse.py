@@ -146,11 +146,11 @@ class SparseRows:
         return out
 
     def with_dense_columns(self, extra: torch.Tensor) -> "SparseRows":
-        """These rows with the ``[n, w]`` columns of ``extra`` appended as columns ``dim ..
-        dim + w - 1`` (every one stored, zeros too: a fixed ``w`` more per row). How
+        """These rows with the ``w`` columns of ``extra`` (2-D ``[n, w]``) appended as columns
+        ``dim .. dim + w - 1`` (every one stored, zeros too: a fixed ``w`` more per row). How
         appended inputs (log-degree) join a sparse feature, so the first layer stays one
         sparse product over ``dim + w`` columns."""
-        extra = extra.reshape(len(self), -1).to(self.values.dtype).to(self.device)
+        extra = extra.to(self.values.dtype).to(self.device)
         n, w = extra.shape
         counts = self.row_counts()
         indptr = torch.zeros(n + 1, dtype=torch.int64, device=self.indptr.device)

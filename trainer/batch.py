@@ -16,6 +16,11 @@ A :class:`Batch` is one sampled mini-batch, ready for a ``torch.nn.Module``:
   ``edge_label_index`` / ``edge_label`` (link task: positive and negative pairs as positions
   into the seeds).
 
+A node type whose feature is sparse (CSR in graph.json) has its ``x`` as
+:class:`trainer.data.sparse.SparseRows` (``indptr``/``indices``/``values``, ``to_dense()``) for
+models that declare ``sparse_input = True`` (the built-ins); any other model receives it
+densified per batch, after the batch reached its device (:func:`dense_inputs_hook`).
+
 Heterogeneous graphs: every field has a ``*_dict`` form keyed by node type ``str`` or edge type
 ``(src, rel, dst)``, holding every type of the graph (empty where a batch has none). The
 ``*_dict`` forms are always present; the plain forms (``x``, ``edge_index``, ...) exist on
@@ -30,6 +35,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from .data.sparse import SparseRows, densify
+
 EdgeKey = tuple[str, str, str]
 
 
@@ -41,7 +48,7 @@ def _only(d: dict, what: str):
 
 
 def _move(value, device):
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, (torch.Tensor, SparseRows)):
         return value.to(device, non_blocking=True)
     if isinstance(value, dict):
         return {k: _move(v, device) for k, v in value.items()}
@@ -186,10 +193,11 @@ class Batch:
 
     def to_pyg(self):
         """A ``torch_geometric.data.Data`` (homogeneous) or ``HeteroData`` with the whole
-        sampled subgraph, as PyG's ``NeighborLoader`` yields it (imports PyG here only)."""
+        sampled subgraph, as PyG's ``NeighborLoader`` yields it (imports PyG here only);
+        sparse inputs densified."""
         from torch_geometric.data import Data, HeteroData
         if not self.is_hetero:
-            data = Data(x=self.x, edge_index=self.edge_index, n_id=self.orig_id,
+            data = Data(x=densify(self.x), edge_index=self.edge_index, n_id=self.orig_id,
                         batch_size=self.batch_size, num_sampled_nodes=self.num_sampled_nodes,
                         num_sampled_edges=self.num_sampled_edges)
             if self.edge_attr is not None:
@@ -201,7 +209,7 @@ class Batch:
             return data
         data = HeteroData()
         for t, x in self.x_dict.items():
-            data[t].x, data[t].n_id = x, self.orig_id_dict[t]
+            data[t].x, data[t].n_id = densify(x), self.orig_id_dict[t]
             data[t].num_sampled_nodes = self.num_sampled_nodes_dict[t]
             data[t].batch_size = self.batch_size_dict.get(t, 0)
         for et, ei in self.edge_index_dict.items():
@@ -215,6 +223,22 @@ class Batch:
             data[self.edge_label_type].edge_label_index = self.edge_label_index
             data[self.edge_label_type].edge_label = self.edge_label
         return data
+
+
+def dense_inputs(batch: Batch) -> Batch:
+    """``batch`` with sparse inputs densified (the batch itself when it has none)."""
+    if not any(isinstance(v, SparseRows) for v in batch.x_dict.values()):
+        return batch
+    return replace(batch, x_dict=densify(batch.x_dict))
+
+
+def dense_inputs_hook(module, args):
+    """A forward pre-hook for a model that takes dense inputs only (no ``sparse_input =
+    True``): its batch argument's sparse inputs are densified per batch, on the batch's
+    device (the RPC and the host-to-device copy stayed sparse)."""
+    if args and isinstance(args[0], Batch):
+        return (dense_inputs(args[0]), *args[1:])
+    return None
 
 
 def whole_subgraph(layers: list[Layer]):

@@ -27,6 +27,7 @@ from formats.console import show_progress
 from formats.memory import peak_rss_bytes
 from formats.partitioned import load_partitioned
 
+from .batch import dense_inputs_hook
 from .config import TrainConfig, target_etype, target_type
 from .data.embeddings import (EmbeddingTable, SparseEmbeddings, TableRoute,
                               featureless_types, register_meta)
@@ -190,11 +191,17 @@ def build_model(rank: Rank, first_batch=None):
     its DDP wrapper and Adam: ``--model``'s module, with class logits (node task), or its
     embeddings and a scorer (link task). ``first_batch()`` gives a batch to run once before
     DDP wraps the model when it has lazily sized parameters (PyG's ``in_channels=-1``);
-    without one such a model comes back alone, ``(model, None, None)``, for inference."""
+    without one such a model comes back alone, ``(model, None, None)``, for inference. A
+    module without ``sparse_input = True`` gets sparse inputs densified per batch (a
+    forward pre-hook: its state dict is unchanged)."""
     cfg = rank.cfg
     spec = rank_model_spec(rank)
     torch.manual_seed(cfg.seed)
     model = registry.build(cfg.model, cfg.model_args, spec)
+    if not getattr(model, "sparse_input", False):
+        # sparse (CSR) inputs travel and reach the device sparse; a model that does not say
+        # it takes them gets them densified per batch there
+        model.register_forward_pre_hook(dense_inputs_hook)
     if cfg.task == "link":
         model = LinkModel(model, make_scorer(cfg.scorer, cfg.hidden), cfg.hidden)
     model = model.to(rank.device)

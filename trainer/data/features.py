@@ -7,15 +7,17 @@ Callers pass unique IDs (a block's source nodes are), so nothing is fetched twic
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import torch
 
 from ..sampling.dist_sampler import split_by_owner
-from ..sampling.partition import LocalPart, PartitionBook
-from ..sampling.service import PartServer, Transport
+from ..sampling.partition import LocalPart, PartitionBook, is_sparse_spec
+from ..sampling.service import PartServer, Transport, take_rows
 from ..models.spec import CONSTANT_INPUT, data_width
 from ..sampling.timing import Breakdown
+from .sparse import SparseRows, is_sparse
 
 if TYPE_CHECKING:
     from .embeddings import TableRoute
@@ -44,17 +46,17 @@ def add_log_degree(part: LocalPart) -> None:
 class HaloCache:
     """Rows of some data arrays for the halo nodes this part's edges reference most, fetched
     once: ``ids[t]`` sorted new IDs, ``rows[name][t]`` their rows of each array in
-    ``names`` (the features, and the original IDs that every batch also carries). Holds at
-    most its byte budget."""
+    ``names`` (the features, and the original IDs that every batch also carries): tensors,
+    or :class:`SparseRows` for a sparse field (whose rows it counts by their stored values).
+    Holds at most its byte budget."""
 
     def __init__(self, names: tuple[str, ...], ids: dict[str, torch.Tensor],
-                 rows: dict[str, dict[str, torch.Tensor]]):
+                 rows: dict[str, dict[str, "torch.Tensor | SparseRows"]]):
         self.names, self.ids, self.rows = names, ids, rows
 
     @property
     def nbytes(self) -> int:
-        return sum(r.numel() * r.element_size() for by_type in self.rows.values()
-                   for r in by_type.values())
+        return sum(_nbytes(r) for by_type in self.rows.values() for r in by_type.values())
 
     @classmethod
     def build(cls, fetcher: "FeatureFetcher", names: tuple[str, ...], budget_bytes: int,
@@ -62,15 +64,16 @@ class HaloCache:
         """Pick, per node type with ``names[0]``, the halo nodes with the most in-part edges
         (counted over ``indices`` in slices of ``scan_rows``) within an equal share of the
         budget, and fetch their rows of every array of ``names`` the type has (one request
-        per owner)."""
+        per owner). A sparse field's rows differ in size: the pick assumes this part's own
+        mean row, and the most referenced of the fetched rows that fit the share are kept."""
         part, meta = fetcher.part, fetcher.meta
         types = [t for t in part.graph.node_types if names[0] in meta.get(t, {})]
-        chosen = {}
+        share = budget_bytes // max(len(types), 1)
+        chosen, refs_of = {}, {}
         for t in types:
             halo = part.halo_ids[t].cpu()
-            row_bytes = sum(fetcher.dim(t, n) * torch.empty((), dtype=getattr(
-                torch, meta[t][n]["dtype"])).element_size() for n in names if n in meta[t])
-            k = min(len(halo), budget_bytes // max(len(types), 1) // row_bytes)
+            row_bytes = sum(_mean_row_bytes(part, meta, t, n) for n in names if n in meta[t])
+            k = min(len(halo), int(share // max(row_bytes, 1e-9)))
             if k <= 0:
                 continue
             owned, refs = len(part.orig_ids[t]), torch.zeros(len(halo), dtype=torch.long)
@@ -80,12 +83,15 @@ class HaloCache:
                 for chunk in torch.split(csc.indices.cpu(), scan_rows):
                     chunk = chunk[chunk >= owned].long() - owned
                     refs += torch.bincount(chunk, minlength=len(halo))
-            chosen[t] = torch.sort(halo[torch.topk(refs, k).indices]).values
+            top = torch.topk(refs, k).indices
+            ids, order = torch.sort(halo[top])
+            chosen[t], refs_of[t] = ids, refs[top][order]
         # every array's rows for every chosen type: a hit must find all of them
         types_ok = {t: ids for t, ids in chosen.items() if all(n in meta[t] for n in names)}
         asks = {n: types_ok for n in names}
-        return cls(tuple(names), types_ok, fetcher.fetch_many(asks) if types_ok else
-                   {n: {} for n in names})
+        rows = fetcher.fetch_many(asks) if types_ok else {n: {} for n in names}
+        ids, rows = _fit(types_ok, rows, refs_of, share)
+        return cls(tuple(names), ids, rows)
 
     def hits(self, ntype: str, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(hit, pos)``: which of ``ids`` are cached (bool), and their rows' positions."""
@@ -95,6 +101,42 @@ class HaloCache:
         pos = torch.searchsorted(cached, ids).clamp(max=len(cached) - 1)
         hit = cached[pos] == ids
         return hit, pos[hit]
+
+
+def _nbytes(rows) -> int:
+    """Bytes of a row block (a sparse one's three arrays)."""
+    return rows.nbytes if is_sparse(rows) else rows.numel() * rows.element_size()
+
+
+def _mean_row_bytes(part: LocalPart, meta: dict, ntype: str, name: str) -> float:
+    """Bytes of a row of ``name``: exact for a dense field; for a sparse field, the mean over
+    this part's own rows (indptr entry plus the stored indices and values)."""
+    spec = meta[ntype][name]
+    if not is_sparse_spec(spec):
+        return math.prod(spec["shape"]) * torch.empty((), dtype=getattr(
+            torch, spec["dtype"])).element_size()
+    own = part.node_data[ntype][name]
+    per_value = own.indices.element_size() + own.values.element_size()
+    return 8 + per_value * own.nnz / max(len(own), 1)
+
+
+def _fit(ids: dict[str, torch.Tensor], rows: dict[str, dict], refs: dict[str, torch.Tensor],
+         share: int) -> tuple[dict, dict]:
+    """The cached ``(ids, rows)`` cut, per type, to the most referenced rows whose bytes (over
+    every array) fit ``share``: only sparse fields can overshoot the estimate the pick made."""
+    for t in list(ids):
+        blocks = [rows[n][t] for n in rows]
+        if not any(is_sparse(b) for b in blocks) or sum(map(_nbytes, blocks)) <= share:
+            continue
+        size = sum((b.row_counts() * (b.indices.element_size() + b.values.element_size()) + 8
+                    if is_sparse(b) else torch.full((len(b),), _nbytes(b[:1])))
+                   for b in blocks)
+        order = torch.argsort(refs[t], descending=True, stable=True)
+        keep = torch.sort(order[torch.cumsum(size[order], 0) <= share]).values
+        ids[t] = ids[t][keep]
+        for n in rows:
+            rows[n][t] = take_rows(rows[n][t], keep)
+    return ids, rows
 
 
 class FeatureFetcher:
@@ -138,7 +180,9 @@ class FeatureFetcher:
     def inputs(self, nodes: dict[str, torch.Tensor], name: str = "feat"
                ) -> dict[str, torch.Tensor]:
         """Model inputs of ``nodes`` (float32 where columns are appended), in the given order,
-        on CPU: every array they come from fetched in the same requests."""
+        on CPU: every array they come from fetched in the same requests. A sparse feature
+        gives :class:`SparseRows`, with appended columns (log-degree) as extra stored columns
+        past its width (see :meth:`SparseRows.with_dense_columns`)."""
         names = {t: self.input_name(t, name) for t in nodes}
         deferred = {t for t, n in names.items() if n == EMBEDDING and self.defer_embeddings}
         asks: dict[str, dict[str, torch.Tensor]] = {}
@@ -151,9 +195,7 @@ class FeatureFetcher:
              got[names[t]][t] if names[t] else torch.ones((len(ids), CONSTANT_INPUT))
              for t, ids in nodes.items()}
         if self.extra_inputs:
-            x = {t: torch.cat([x[t].float().flatten(1), *(got[e][t].float()
-                                                         for e in self.extra_inputs)], 1)
-                 for t in x}
+            x = {t: _append(x[t], [got[e][t] for e in self.extra_inputs]) for t in x}
         return x
 
     def fetch(self, name: str, nodes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -165,15 +207,16 @@ class FeatureFetcher:
                 for t, ids in nodes.items()}
 
     def fetch_many(self, asks: dict[str, dict[str, torch.Tensor]]
-                   ) -> dict[str, dict[str, torch.Tensor]]:
+                   ) -> dict[str, dict[str, "torch.Tensor | SparseRows"]]:
         """``out[name][ntype]``: rows of node data ``name`` for ``asks[name][ntype]`` (per-type
         new IDs of nodes that have it), in the given order, on CPU; one request per owner part
         for all of them. Arrays asked for the same ID tensors (and equally held by the halo
-        cache) share one ID list on the wire; cached rows are not asked for."""
+        cache) share one ID list on the wire; cached rows are not asked for. A sparse field's
+        rows come back as :class:`SparseRows` (local, remote and cached pieces joined in the
+        asked order); a dense field's as a tensor filled in place."""
         with self.breakdown.clock("feature_fetch"):
-            out = {name: {t: torch.empty((len(ids), *self.meta[t][name]["shape"]),
-                                         dtype=getattr(torch, self.meta[t][name]["dtype"]))
-                          for t, ids in nodes.items()} for name, nodes in asks.items()}
+            out = {name: {t: self._sink(t, name, len(ids)) for t, ids in nodes.items()}
+                   for name, nodes in asks.items()}
             groups: dict[tuple, list[str]] = {}
             for name, nodes in asks.items():
                 cached = self.cache is not None and name in self.cache.names
@@ -192,8 +235,10 @@ class FeatureFetcher:
                     if cached:
                         hit, pos = self.cache.hits(t, ids)
                         if len(pos):
+                            where = torch.nonzero(hit).flatten()
                             for name in names:
-                                out[name][t][hit] = self.cache.rows[name][t][pos]
+                                out[name][t].put(where, take_rows(self.cache.rows[name][t],
+                                                                  pos))
                         missing = torch.nonzero(~hit).flatten()
                     todo[t] = (ids[missing], missing)
                 owners = split_by_owner(self.book, {t: ids for t, (ids, _) in todo.items()},
@@ -216,9 +261,66 @@ class FeatureFetcher:
                 i = seen[key] = seen.get(key, -1) + 1
                 for name in names:
                     for t, rows in answers[key][i][name].items():
-                        out[name][t][where[t]] = rows
-        return out
+                        out[name][t].put(where[t], rows)
+            return {name: {t: sink.result() for t, sink in by_type.items()}
+                    for name, by_type in out.items()}
+
+    def _sink(self, ntype: str, name: str, n: int) -> "_DenseSink | _SparseSink":
+        """Where the ``n`` asked rows of ``name`` gather: a preallocated dense block, or the
+        pieces of a sparse field (joined once all have come)."""
+        spec = self.meta[ntype][name]
+        if is_sparse_spec(spec):
+            return _SparseSink(n, data_width(spec))
+        return _DenseSink(torch.empty((n, *spec["shape"]), dtype=getattr(torch, spec["dtype"])))
 
     def _via(self, key: tuple[int, bool]) -> Transport:
         """The transport of a request ``(owner part, for learnable rows)``."""
         return self.table_route.transport if key[1] else self.transport
+
+
+def _append(x, extras: list[torch.Tensor]):
+    """Input rows ``x`` (dense or sparse) with the dense ``extras`` columns appended, float32."""
+    # flatten(1), not reshape(n, -1): a batch may have no node of a type (n = 0)
+    extra = torch.cat([e.float().flatten(1) if e.dim() > 1 else e.float()[:, None]
+                       for e in extras], 1)
+    if is_sparse(x):
+        return x.float().with_dense_columns(extra)
+    return torch.cat([x.float().flatten(1), extra], 1)
+
+
+class _DenseSink:
+    """The asked rows of a dense field: ``out[where] = rows`` as pieces arrive."""
+
+    def __init__(self, out: torch.Tensor):
+        self.out = out
+
+    def put(self, where: torch.Tensor, rows: torch.Tensor) -> None:
+        self.out[where] = rows
+
+    def result(self) -> torch.Tensor:
+        return self.out
+
+
+class _SparseSink:
+    """The ``n`` asked rows of a sparse field: pieces ``(positions, SparseRows)`` as they
+    arrive (cache hits, local rows, each owner's answer), joined in the asked order by one
+    concatenation and one gather. Holds the pieces, then the result."""
+
+    def __init__(self, n: int, dim: int):
+        self.n, self.dim = n, dim
+        self.where: list[torch.Tensor] = []
+        self.rows: list[SparseRows] = []
+
+    def put(self, where: torch.Tensor, rows: SparseRows) -> None:
+        self.where.append(where)
+        self.rows.append(rows)
+
+    def result(self) -> SparseRows:
+        if not self.rows:
+            return SparseRows.empty(self.dim)
+        where = torch.cat(self.where)
+        if len(where) != self.n:
+            raise RuntimeError(f"sparse fetch assembled {len(where)} of {self.n} rows")
+        joined = SparseRows.cat(self.rows)
+        # joined row k belongs at position where[k]: asked row i is joined row argsort(...)[i]
+        return joined.take(torch.argsort(where))

@@ -1,8 +1,12 @@
-"""What the built-in models share: per-type input and output forms, and ModuleDict keys."""
+"""What the built-in models share: per-type input and output forms, ModuleDict keys, and
+the products that take a sparse input (:class:`trainer.data.sparse.SparseRows`, a CSR
+feature) as it is: :func:`project` and :func:`matmul`."""
 
 from __future__ import annotations
 
 import torch
+
+from ..data.sparse import SparseRows, is_sparse, sparse_matmul
 
 EdgeKey = tuple[str, str, str]
 
@@ -14,7 +18,8 @@ def key(name) -> str:
 
 
 def as_dict(h, types) -> dict[str, torch.Tensor]:
-    """``h`` per node type: a dict as is, a tensor as the one type of ``types``."""
+    """``h`` per node type: a dict as is, a tensor (or sparse rows) as the one type of
+    ``types``."""
     if isinstance(h, dict):
         return h
     (only,) = types
@@ -24,6 +29,27 @@ def as_dict(h, types) -> dict[str, torch.Tensor]:
 def like(out: dict[str, torch.Tensor], h):
     """``out`` in the form of ``h``: a tensor when ``h`` was one, else the dict."""
     return out if isinstance(h, dict) else next(iter(out.values()))
+
+
+def matmul(h, weight: torch.Tensor) -> torch.Tensor:
+    """``h @ weight`` (``weight`` ``[in, out]``): dense, or for :class:`SparseRows` one
+    sparse x dense product (no ``[n, in]`` block is ever made)."""
+    return sparse_matmul(h, weight) if is_sparse(h) else h @ weight
+
+
+def project(lin: torch.nn.Linear, h) -> torch.Tensor:
+    """``lin(h)`` for a dense ``h``, and the same product for :class:`SparseRows` (the
+    first layer of a sparse feature): ``h @ lin.weight.T + lin.bias``."""
+    if not is_sparse(h):
+        return lin(h)
+    out = sparse_matmul(h, lin.weight.t())
+    return out if lin.bias is None else out + lin.bias
+
+
+def dropout(drop: torch.nn.Dropout, h):
+    """``drop(h)``; on :class:`SparseRows` it drops stored values (scaling the kept ones as
+    dense dropout does): the zeros dense dropout would also zero are not stored."""
+    return drop(h) if not is_sparse(h) else h.with_values(drop(h.values))
 
 
 def aggregate_mean(msg: torch.Tensor, dst: torch.Tensor, n_dst: int) -> torch.Tensor:
@@ -40,7 +66,13 @@ class LayerStack(torch.nn.Module):
     runs layer ``i`` alone (dropout of its input, the convolution, ``activation`` but after
     the last layer), ``h`` a tensor or a dict per type, returned in the same form: what
     layer-wise inference runs over all nodes. ``dropout_first=False`` leaves the input
-    features undropped (dropout only between layers)."""
+    features undropped (dropout only between layers).
+
+    The input ``h`` of layer 0 may hold :class:`SparseRows` (a sparse feature: its
+    convolutions take it through :func:`project` / :func:`matmul`), hence
+    ``sparse_input = True``: the trainer hands these models sparse inputs as they are."""
+
+    sparse_input = True
 
     def __init__(self, convs: list[torch.nn.Module], types, dropout: float, activation,
                  dropout_first: bool = True):
@@ -59,7 +91,7 @@ class LayerStack(torch.nn.Module):
     def layer(self, i: int, layer, h):
         hd = as_dict(h, self.types)
         if i > 0 or self.dropout_first:
-            hd = {t: self.dropout(v) for t, v in hd.items()}
+            hd = {t: dropout(self.dropout, v) for t, v in hd.items()}
         out = self.layers[i](layer, hd)
         if i < len(self.layers) - 1:
             out = {t: self.activation(v) for t, v in out.items()}
@@ -73,7 +105,8 @@ class MeanRelationConv(torch.nn.Module):
     h_src, edge_index, layer)``: one row per edge of ``et``, in edge order."""
 
     def forward(self, layer, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        out = {t: self.self_lin[key(t)](h[t][:n]) for t, n in layer.num_dst_dict.items() if n}
+        out = {t: project(self.self_lin[key(t)], h[t][:n])
+               for t, n in layer.num_dst_dict.items() if n}
         for et, ei in layer.edge_index_dict.items():
             n_dst = layer.num_dst_dict.get(et[2], 0)
             if not n_dst or not ei.shape[1]:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..batch import Layer
-from .common import LayerStack, aggregate_mean, key
+from .common import LayerStack, aggregate_mean, key, project
 
 
 def _glorot(t: torch.Tensor) -> None:
@@ -87,11 +87,12 @@ class GATConv(nn.Module):
         ``edge_attr`` is missing for a layer with edges. Holds ``[E', H]`` logits and the
         ``[S, H*C]`` projection."""
         H, C = self.heads, self.channels
-        wh = self.lin(h_src).view(-1, H, C)
+        wh = project(self.lin, h_src).view(-1, H, C)     # h_src may be sparse (layer 0)
         if self.lin_dst is None:
             wh_dst = wh[:n_dst]
         else:
-            wh_dst = self.lin_dst(h_src[:n_dst] if h_dst is None else h_dst).view(-1, H, C)
+            wh_dst = project(self.lin_dst, h_src[:n_dst] if h_dst is None else h_dst
+                             ).view(-1, H, C)
         a_src = (wh * self.att_src).sum(-1)                       # [S, H]
         a_dst = (wh_dst * self.att_dst).sum(-1)                   # [n_dst, H]
         a_edge = None
@@ -100,7 +101,7 @@ class GATConv(nn.Module):
                 raise ValueError("gat: the model was built with edge features (--edge-feat) "
                                  "but a batch's layer has none for its edges")
             if edge_attr is None:      # no edges: an empty input keeps lin_edge in the graph
-                edge_attr = h_src.new_zeros((0, self.lin_edge.in_features))
+                edge_attr = wh.new_zeros((0, self.lin_edge.in_features))
             e = edge_attr.reshape(len(edge_attr), self.lin_edge.in_features).to(wh.dtype)
             a_edge = (self.lin_edge(e).view(-1, H, C) * self.att_edge).sum(-1)   # [E, H]
         if self.self_loops:
@@ -161,7 +162,8 @@ class GATLayer(nn.Module):
             ((et, ei),) = layer.edge_index_dict.items()
             t, n = et[2], layer.num_dst_dict.get(et[2], 0)
             return {t: self.convs[key(et)](h[t], n, ei, layer.edge_attr_dict.get(et))}
-        out = {t: self.self_lin[key(t)](h[t][:n]) for t, n in layer.num_dst_dict.items() if n}
+        out = {t: project(self.self_lin[key(t)], h[t][:n])
+               for t, n in layer.num_dst_dict.items() if n}
         for et, ei in layer.edge_index_dict.items():
             n = layer.num_dst_dict.get(et[2], 0)
             if not n or not ei.shape[1]:

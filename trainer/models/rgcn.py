@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..batch import Layer
-from .common import LayerStack, MeanRelationConv, key
+from .common import LayerStack, MeanRelationConv, key, matmul
 
 EdgeKey = tuple[str, str, str]
 
@@ -63,8 +63,9 @@ class RGCNConv(MeanRelationConv):
 
     def message(self, et: EdgeKey, h_src: torch.Tensor, edge_index: torch.Tensor,
                 layer: Layer) -> torch.Tensor:
-        # project the sources, then gather: edges carry out_dim values, not in_dim
-        msg = (h_src @ self.weight(et))[edge_index[0]]
+        # project the sources, then gather: edges carry out_dim values, not in_dim (a sparse
+        # input: a sparse x dense product)
+        msg = matmul(h_src, self.weight(et))[edge_index[0]]
         if key(et) in self.edge_lin:
             attr = layer.edge_attr_dict.get(et)
             if attr is None:

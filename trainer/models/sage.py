@@ -8,13 +8,14 @@ import torch
 from torch import nn
 
 from ..batch import Layer
-from .common import LayerStack, MeanRelationConv, key
+from .common import LayerStack, MeanRelationConv, key, project
 
 
 class SAGEConv(MeanRelationConv):
     """``h'[v] = W_self h[v] + sum_etype W_etype mean_{u in N_etype(v)} h[u]`` for the
     destination nodes of a layer. Projects before aggregating (``W`` has no bias, so the mean
-    commutes) so edges carry ``out_dim`` values, not ``in_dim``."""
+    commutes) so edges carry ``out_dim`` values, not ``in_dim``; a sparse input (layer 0 of a
+    CSR feature) is projected as a sparse x dense product (:func:`project`)."""
 
     def __init__(self, in_dims: dict[str, int], out_dim: int, edge_types: list):
         super().__init__()
@@ -26,7 +27,7 @@ class SAGEConv(MeanRelationConv):
 
     def message(self, et, h_src: torch.Tensor, edge_index: torch.Tensor, layer: Layer
                 ) -> torch.Tensor:
-        return self.neigh_lin[key(et)](h_src)[edge_index[0]]
+        return project(self.neigh_lin[key(et)], h_src)[edge_index[0]]
 
 
 class GraphSAGE(LayerStack):

@@ -13,6 +13,9 @@ import torch
 
 from formats import EdgeType
 from formats.partitioned import PartitionedGraph, load_partitioned
+from formats.sparse import CSR, csr_paths, load_csr
+
+from ..data.sparse import SparseRows
 
 
 ORIG_ID = "__orig_id"      # node data of every part: each owned node's original ID
@@ -20,6 +23,24 @@ ORIG_ID = "__orig_id"      # node data of every part: each owned node's original
 
 def _tensor(path: str) -> torch.Tensor:
     return torch.from_numpy(np.load(path, mmap_mode="c"))
+
+
+def is_sparse_spec(spec: dict | None) -> bool:
+    """Whether a graph.json data spec describes a sparse (CSR) field."""
+    return bool(spec) and spec.get("format") == CSR
+
+
+def _node_field(graph: PartitionedGraph, p: int, ntype: str, name: str, spec: dict):
+    """Node data ``name`` of part ``p``: a tensor over ``NAME.npy``, or for a CSR field
+    (``spec["format"] == "csr"``) a :class:`SparseRows` over ``NAME.{indptr,indices,
+    values}.npy``; memory-mapped copy-on-write either way (nothing read)."""
+    if not is_sparse_spec(spec):
+        return _tensor(graph.part_path(p, "node_feats", ntype, f"{name}.npy"))
+    base = graph.part_path(p, "node_feats", ntype, name)
+    dim = int(np.prod(spec["shape"]))
+    load_csr(base, dim)       # the three files agree (a FormatError names the one that does not)
+    paths = csr_paths(base)
+    return SparseRows(*(_tensor(paths[a]) for a in ("indptr", "indices", "values")), dim)
 
 
 class PartitionBook:
@@ -59,14 +80,15 @@ class LocalCSC:
 
 @dataclass
 class LocalPart:
-    """The arrays of part ``p``: owned/halo node IDs and a CSC per edge type."""
+    """The arrays of part ``p``: owned/halo node IDs, a CSC per edge type, and node data
+    per type and name: a tensor, or :class:`SparseRows` for a CSR field."""
 
     graph: PartitionedGraph
     p: int
     orig_ids: dict[str, torch.Tensor]
     halo_ids: dict[str, torch.Tensor]
     csc: dict[EdgeType, LocalCSC]
-    node_data: dict[str, dict[str, torch.Tensor]]
+    node_data: dict[str, dict[str, "torch.Tensor | SparseRows"]]
 
     @classmethod
     def load(cls, graph_json: str, p: int) -> "LocalPart":
@@ -76,8 +98,8 @@ class LocalPart:
         csc = {et: LocalCSC(*(_tensor(g.part_path(p, "edges", et.dirname, f"{name}.npy"))
                               for name in ("indptr", "indices", "orig_ids")))
                for et in g.edge_types}
-        data = {t: {name: _tensor(g.part_path(p, "node_feats", t, f"{name}.npy"))
-                    for name in g.node_feats.get(t, {})} for t in g.node_types}
+        data = {t: {name: _node_field(g, p, t, name, spec)
+                    for name, spec in g.node_feats.get(t, {}).items()} for t in g.node_types}
         for t in g.node_types:   # served like data: remote ranks fetch them with features
             data[t][ORIG_ID] = orig[t]
             g.node_feats.setdefault(t, {})[ORIG_ID] = {"dtype": "int64", "shape": []}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch.futures import Future
 
+from ..data.sparse import SparseRows, is_sparse
 from .edge_keys import true_edge_mask
 from .partition import LocalPart
 from .kernel import sample_neighbors
@@ -103,8 +104,9 @@ class PartServer:
              ) -> list[dict[str, dict[str, torch.Tensor]]]:
         """Rows of owned nodes (per-type new IDs) of several node data arrays at once: for
         each ``(names, {ntype: ids})`` ask, ``{name: {ntype: rows}}`` (the IDs travel once for
-        all the names), gathered."""
-        return [{name: {t: self.part.node_data[t][name][ids - self.part.start(t)]
+        all the names), gathered: a tensor, or for a sparse field :class:`SparseRows` of just
+        those rows (what travels back is their stored values, not ``dim`` columns)."""
+        return [{name: {t: take_rows(self.part.node_data[t][name], ids - self.part.start(t))
                         for t, ids in nodes.items()} for name in names}
                 for names, nodes in asks]
 
@@ -117,11 +119,19 @@ class PartServer:
         table.apply(grads)
 
 
+def take_rows(array, pos: torch.Tensor):
+    """Rows ``pos`` of a node data array: a dense tensor's, or a :class:`SparseRows`' (a
+    vectorized CSR gather, copied out of the mapped files)."""
+    return array.take(pos) if is_sparse(array) else array[pos]
+
+
 def payload_bytes(obj) -> int:
     """Bytes of the tensors in a (nested) request or response (a request's ``edge_feat``
-    name is not counted: a few bytes, not data)."""
+    name is not counted: a few bytes, not data); sparse rows count their three arrays."""
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
+    if isinstance(obj, SparseRows):
+        return obj.nbytes
     if isinstance(obj, dict):
         return sum(payload_bytes(v) for v in obj.values())
     if isinstance(obj, (list, tuple)):
@@ -224,7 +234,7 @@ def _rpc_entry(method: str, *args):
 
 def _to_host(obj):
     """Answers travel as host tensors (a part sampled on its GPU answers from there)."""
-    if isinstance(obj, torch.Tensor):
+    if isinstance(obj, (torch.Tensor, SparseRows)):
         return obj.cpu()
     if isinstance(obj, dict):
         return {k: _to_host(v) for k, v in obj.items()}

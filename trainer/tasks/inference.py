@@ -21,6 +21,7 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from ..data.batches import input_nodes, to_layer
+from ..data.sparse import densify
 from ..models.registry import ModelError
 
 LAYER_WISE, SAMPLED = "layer-wise", "sampled"
@@ -53,7 +54,8 @@ def register_outputs(part, name: str, outputs: dict[str, torch.Tensor]) -> None:
 def layerwise(rank, module, num_layers: int, batch_size: int, progress: bool) -> list[str]:
     """Run ``module.layer(i, layer, h)`` for every ``i`` over all owned nodes, one layer at
     a time; each layer's outputs become node data ``__layer<i>`` of this part's server.
-    Returns their names."""
+    Layer 0 reads the inputs as training does: a sparse feature as sparse rows (densified
+    for a module without ``sparse_input = True``). Returns their names."""
     part = rank.server.part
     graph = part.graph
     types, etypes = list(graph.node_types), list(graph.edge_types)
@@ -62,6 +64,7 @@ def layerwise(rank, module, num_layers: int, batch_size: int, progress: bool) ->
     total = num_layers * sum(-(-len(v) // batch_size) for v in owned.values())
     bar = tqdm(total=total, desc="embed", unit="batch", leave=False, disable=not progress)
     name, names = "feat", []
+    sparse_ok = getattr(module, "sparse_input", False)   # else sparse features densified
     with torch.no_grad():
         for i in range(num_layers):
             outputs = {}
@@ -72,6 +75,8 @@ def layerwise(rank, module, num_layers: int, batch_size: int, progress: bool) ->
                     nodes = input_nodes(blocks, types)
                     x = fetcher.inputs(nodes) if i == 0 else fetcher.fetch(name, nodes)
                     x = {k: v.to(rank.device) for k, v in x.items()}
+                    if not sparse_ok:
+                        x = densify(x)
                     h = module.layer(i, to_layer(blocks[0], types, etypes).to(rank.device),
                                      x if len(types) > 1 else x[t])
                     h = h if isinstance(h, dict) else {t: h}

@@ -50,6 +50,7 @@ RUNS = {
     "edge_feat": ["--workdir", "{work}/w"],
     "chunk": ["--out", "{work}/w"],
     "keys": [],
+    "sparse": ["--workdir", "{work}/w"],
     "load_checks": ["--workdir", "{work}/w"],
     "dgl_input": ["--out", "{work}/w"],
     "dgl_partition": ["--workdir", "{work}/w"],
@@ -203,6 +204,17 @@ def test_bench_keys(runs):
     assert positive(pandas["peak_rss_mb"]) and pandas["seconds"] >= 0, pandas
     assert math.isfinite(run["speedup_vs_pandas"])
     assert os.listdir(runs.work["keys"]) == []       # its scratch folder in the cwd is removed
+
+
+def test_bench_sparse(runs):
+    r = runs.json("sparse")
+    assert (r["graph"], r["nodes"], r["width"]) == ("synthetic", 2000, 500), r
+    for name in ("sparse", "dense"):
+        run = r[name]
+        assert seconds(run["epoch_s"][0]) and positive(run["rpc_mb_per_epoch"][0]), run
+        assert 0.5 < run["test_auc"] <= 1, run          # link prediction above chance
+    assert r["dense_over_sparse"]["parts_bytes"] > 1     # multi-hot rows are smaller as CSR
+    assert all(math.isfinite(v) for v in r["dense_over_sparse"].values())
 
 
 def test_bench_partition(runs):

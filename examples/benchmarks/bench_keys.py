@@ -9,6 +9,15 @@ workers (time, per-worker peak RSS, anonymous and file-backed peaks); the baseli
 two key columns into pandas (Arrow strings) and factorizes them together: the script every
 user writes first, holding every key in one process. ``--edges`` (default 10^7, N = E/10);
 ``--large``: also 10x (the worker peak must stay flat); ``--quick``: 10^4 edges, seconds.
+
+``--graphstorm-python PATH``: also GraphStorm's ``gconstruct`` (AWS; the peer tool for this
+step: tables -> graph with an ID mapping, features and categorical transforms) on the same
+tables in the same run, as ``"graphstorm_gconstruct"`` per size: wall time, peak RSS and PSS
+of its process tree (psutil polling) and of its largest process (``wait4``'s ru_maxrss), and
+what it wrote (nodes, edges, feature shapes) beside what ``prep chunk`` wrote. PATH is a
+Python with graphstorm installed, e.g. a venv made by ``pip install graphstorm`` plus the
+DGL that imports with our torch; graphstorm is not a dependency of this project and is never
+imported here (``gconstruct_peer.py`` runs it as a subprocess). Default: skipped.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ import pyarrow.parquet as pq
 sys.path.insert(0, os.path.dirname(__file__))
 from common import (fresh_cluster, run_baseline, sampled_peaks_mb,  # noqa: E402
                     start_memory_sampler, timer, worker_peak_rss_mb)
+
+from gconstruct_peer import run_gconstruct  # noqa: E402
 
 from pipeline.arrayops import mix  # noqa: E402
 
@@ -102,7 +113,27 @@ RESULT = {{"seconds": round(time.perf_counter() - t, 2), "keys": int(len(uniques
 """
 
 
-def run(folder: str, edges: int, nodes: int, chunk_size: int) -> dict:
+def chunked_output(graph) -> dict:
+    """What ``prep chunk`` wrote, in the words of ``gconstruct_peer``'s: counts and
+    ``{owner/field: [shape, dtype]}`` (shapes from the .npy headers)."""
+    def shapes(data: dict) -> dict:
+        out = {}
+        for owner, fields in data.items():
+            owner = ":".join(owner) if isinstance(owner, tuple) else str(owner)
+            for name, files in sorted(fields.items()):
+                if files.format != "numpy":
+                    out[f"{owner}/{name}"] = files.format
+                    continue
+                arrays = [np.load(graph.path(f), mmap_mode="r") for f in files.files]
+                out[f"{owner}/{name}"] = [[sum(len(a) for a in arrays), *arrays[0].shape[1:]],
+                                          str(arrays[0].dtype)]
+        return out
+    return {"nodes": sum(graph.num_nodes.values()), "edges": sum(graph.num_edges.values()),
+            "node_features": shapes(graph.node_data), "edge_features": shapes(graph.edge_data)}
+
+
+def run(folder: str, edges: int, nodes: int, chunk_size: int,
+        graphstorm_python: str | None = None) -> dict:
     from pipeline import api
 
     with timer() as t:
@@ -129,6 +160,15 @@ def run(folder: str, edges: int, nodes: int, chunk_size: int) -> dict:
     assert res.graph.num_nodes["user"] == nodes and base["keys"] <= nodes, (res.graph.num_nodes,
                                                                            base["keys"])
     row["speedup_vs_pandas"] = round(base["seconds"] / row["prep_chunk"]["seconds"], 2)
+    if graphstorm_python:
+        gs = run_gconstruct(graphstorm_python, folder, os.path.join(folder, "gconstruct"))
+        ours = chunked_output(res.graph)
+        if "output" in gs:
+            gs["same_counts_as_prep_chunk"] = (gs["output"]["nodes"] == ours["nodes"]
+                                               and gs["output"]["edges"] == ours["edges"])
+        gs["prep_chunk_output"] = ours
+        row["graphstorm_gconstruct"] = gs
+        shutil.rmtree(os.path.join(folder, "gconstruct"), ignore_errors=True)
     shutil.rmtree(os.path.join(folder, "g"))
     return row
 
@@ -140,6 +180,11 @@ def main():
     ap.add_argument("--large", action="store_true", help="also 10 x --edges")
     ap.add_argument("--chunk-size", type=int, default=1 << 20)
     ap.add_argument("--quick", action="store_true", help="10^4 edges: seconds (test suite)")
+    ap.add_argument("--graphstorm-python", metavar="PATH", default=None,
+                    help="also run GraphStorm's gconstruct (the peer tool) on the same tables "
+                         "with this Python: a Python with graphstorm installed, e.g. a venv "
+                         "made by `pip install graphstorm` plus the DGL that imports with our "
+                         "torch (default: skipped)")
     args = ap.parse_args()
     if args.quick:
         args.edges, args.chunk_size = 10**4, 4096
@@ -149,7 +194,8 @@ def main():
         folder = tempfile.mkdtemp(prefix="bench_keys_", dir=os.getcwd())
         try:
             nodes = args.nodes or max(edges // 10, 10)
-            out["runs"].append(run(folder, edges, nodes, args.chunk_size))
+            out["runs"].append(run(folder, edges, nodes, args.chunk_size,
+                                   args.graphstorm_python))
             print(json.dumps(out["runs"][-1]), file=sys.stderr, flush=True)
         finally:
             shutil.rmtree(folder, ignore_errors=True)

@@ -267,3 +267,37 @@ def csr_chunk_rows(path: str) -> int:
     """Rows of a CSR Parquet chunk (its footer only)."""
     from .arrays import _parquet_file
     return _parquet_file(path).metadata.num_rows
+
+
+def read_scipy_npz(path: str) -> CsrRows:
+    """A sparse matrix saved by ``scipy.sparse.save_npz`` (CSR, CSC or COO; read with numpy
+    alone) as :class:`CsrRows`, rows in order. Holds the matrix. Raises :class:`FormatError`
+    for an ``.npz`` that is not such a matrix."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (ValueError, OSError, EOFError) as err:
+        raise FormatError(f"unreadable .npz ({err})", file=path) from None
+    kind = arrays.get("format")
+    if kind is None or "shape" not in arrays:
+        raise FormatError("not a scipy sparse matrix (no 'format' and 'shape'): save it with "
+                          "scipy.sparse.save_npz, or give dense rows as .npy", file=path)
+    kind, (n, dim) = bytes(kind.item() if kind.ndim == 0 else kind).decode(), arrays["shape"]
+    n, dim = int(n), int(dim)
+    if kind == "csr":
+        indptr = arrays["indptr"].astype(np.int64)
+        return CsrRows(indptr - indptr[0], arrays["indices"].astype(index_dtype(dim)),
+                       arrays["data"].astype(np.float32), dim)
+    if kind == "csc":
+        counts = np.diff(arrays["indptr"].astype(np.int64))
+        rows, cols = arrays["indices"].astype(np.int64), np.repeat(np.arange(dim), counts)
+    elif kind == "coo":
+        rows, cols = arrays["row"].astype(np.int64), arrays["col"].astype(np.int64)
+    else:
+        raise FormatError(f"sparse format {kind!r} is not read (csr, csc or coo)", file=path,
+                          field="format")
+    order = np.lexsort((cols, rows))
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    return CsrRows(indptr, cols[order].astype(index_dtype(dim)),
+                   arrays["data"][order].astype(np.float32), dim)

@@ -228,3 +228,36 @@ def test_verify_tables_by_key(pages, prep, tmp_path):
     out = prep("verify", root / "g", root / "d", "--tables", changed / "pages.json",
                code=1).output
     assert "the tables hold 19,999 edges, the graph 20,000" in out
+
+
+@pytest.mark.parametrize("kind", ["csr", "csc", "coo"])
+def test_scipy_npz_node_data_stays_sparse(prep, tmp_path, kind):
+    """``--node-data feat=feat.npz`` (``scipy.sparse.save_npz``): sparse in the chunked graph,
+    every entry in place; written here with numpy in scipy's layout (scipy is not a dependency)."""
+    rng = np.random.default_rng(3)
+    x = random_dense(rng, 300, DIM)
+    rows, cols = np.nonzero(x)
+    if kind == "csr":
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=300))])
+        arrays = {"indices": cols.astype(np.int32), "indptr": indptr.astype(np.int32),
+                  "data": x[rows, cols]}
+    elif kind == "csc":
+        order = np.lexsort((rows, cols))
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(cols, minlength=DIM))])
+        arrays = {"indices": rows[order].astype(np.int32), "indptr": indptr.astype(np.int32),
+                  "data": x[rows, cols][order]}
+    else:
+        perm = rng.permutation(len(rows))
+        arrays = {"row": rows[perm].astype(np.int32), "col": cols[perm].astype(np.int32),
+                  "data": x[rows, cols][perm]}
+    np.savez(tmp_path / "feat.npz", format=np.array(kind.encode()), shape=np.array([300, DIM]),
+             **arrays)
+    edges = rng.integers(0, 300, (2000, 2))
+    np.savetxt(tmp_path / "edges.csv", edges, fmt="%d", delimiter=",")
+    prep("chunk", tmp_path / "edges.csv", tmp_path / "g", "--node-data",
+         f"feat={tmp_path / 'feat.npz'}", "--chunk-size", 128)
+    g = load_chunked_graph(str(tmp_path / "g"))
+    files = g.node_data["_N"]["feat"]
+    assert files.format == "csr" and len(files.files) == 3
+    got = concat_rows([read_array_chunk(g.path(f), files) for f in files.files])
+    assert np.array_equal(got.to_dense(), x)

@@ -20,7 +20,7 @@ from formats.storage import open_file
 from ..tables.parts import COMPRESSED, byte_ranges, row_group_runs, strip_compression
 from .options import ChunkOptions
 from .sources import (ArraySource, ChunkedArray, CsvArray, CsvColumns, CsvRange, CsvStream,
-                      EdgePart, EdgeSource, NpyArray, ParquetEdges, SourceGraph,
+                      EdgePart, EdgeSource, NpyArray, ParquetEdges, ScipyNpzArray, SourceGraph,
                       is_decompress_error, truncated)
 
 EDGE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")
@@ -106,10 +106,13 @@ def _parquet_parts(path: str, opts: ChunkOptions) -> list[EdgePart]:
 
 
 def array_source(path: str) -> ArraySource:
-    """A node data file: .npy (memory-mapped), .parquet, or headerless CSV (streamed)."""
+    """A node data file: .npy (memory-mapped), .parquet, a scipy sparse matrix (.npz, kept
+    sparse), or headerless CSV (streamed)."""
     lower = strip_compression(path.lower())
     if lower.endswith(".npy"):
         return NpyArray.open(path)
+    if lower.endswith(".npz"):
+        return ScipyNpzArray.open(path)
     if lower.endswith((".parquet", ".pq")):
         rows = _parquet_file(path).metadata.num_rows
         return ChunkedArray(path, os.path.dirname(path), ChunkFiles("parquet", (os.path.basename(path),)),

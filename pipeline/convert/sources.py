@@ -25,7 +25,7 @@ from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError
 from formats.arrays import (_as_int64, _int_column, _parquet_file, array_info,
                             read_array_chunk, read_edge_chunk, table_to_array)
 from formats.schema import METADATA
-from formats.sparse import CSR, CsrRows, as_rows, concat_rows
+from formats.sparse import CSR, CsrRows, as_rows, concat_rows, read_scipy_npz
 from formats.storage import open_file
 from formats.validate import FieldSpec, check_finite
 
@@ -530,6 +530,31 @@ def data_fields(graph: ChunkedGraph, nan_policy: str = "error"):
                   for name, files in fields.items()}
              for et, fields in graph.edge_data.items()}
     return nodes, edges
+
+
+@dataclass(frozen=True)
+class ScipyNpzArray(ArraySource):
+    """A sparse matrix file of ``scipy.sparse.save_npz`` (node data kept sparse): loaded whole
+    by each read (as every ``.npz`` input is), rows sliced."""
+
+    rows: int = 0
+    dim: int = 0
+
+    @classmethod
+    def open(cls, path: str) -> "ScipyNpzArray":
+        rows = read_scipy_npz(path)
+        return cls(path, len(rows), rows.dim)
+
+    @property
+    def num_rows(self) -> int:
+        return self.rows
+
+    @property
+    def csr_dim(self) -> int:
+        return self.dim
+
+    def read(self, start: int, stop: int) -> CsrRows:
+        return read_scipy_npz(self.path).rows_between(start, stop).copy()
 
 
 @dataclass(frozen=True)

@@ -378,8 +378,8 @@ def describe_partitioned(path: str) -> dict:
     Returns ``{"kind": "partitioned", path, graph_name, num_parts, part_method, seed, halo_hops,
     format_version, dispatch_id, manifest, integrity: {manifests, stamps_ok}, source,
     num_classes, num_nodes, num_edges, node_types: [{name, num_nodes}], edge_types: [{name,
-    num_edges}], node_feats / edge_feats: [{type, name, dtype, shape}], parts: [{part, path,
-    machine, present, owned_nodes {ntype: n}, halo_nodes {ntype: n or None}, edges {etype: n},
+    num_edges}], node_feats: [{type, name, dtype, shape, format ("dense" or "csr")}],
+    edge_feats: [{type, name, dtype, shape}], parts: [{part, path, machine, present, owned_nodes {ntype: n}, halo_nodes {ntype: n or None}, edges {etype: n},
     num_edges, feature_fields, files, bytes, stamp}], bytes}``. ``present`` is whether the part
     folder is reachable from here (parts delivered with ``--machines`` live on their machines);
     when it is not, halo counts and bytes come from graph.json's integrity manifest. ``stamp``:
@@ -401,7 +401,8 @@ def describe_partitioned(path: str) -> dict:
         "num_nodes": sum(g.num_nodes.values()), "num_edges": sum(g.num_edges.values()),
         "node_types": [{"name": t, "num_nodes": g.num_nodes[t]} for t in g.node_types],
         "edge_types": [{"name": str(e), "num_edges": g.num_edges[e]} for e in g.edge_types],
-        "node_feats": [{"type": t, "name": n, "dtype": f.get("dtype"), "shape": f.get("shape")}
+        "node_feats": [{"type": t, "name": n, "dtype": f.get("dtype"), "shape": f.get("shape"),
+                        "format": f.get("format", "dense")}
                        for t, fields in g.node_feats.items() for n, f in fields.items()],
         "edge_feats": [{"type": str(e), "name": n, "dtype": f.get("dtype"),
                         "shape": f.get("shape")}
@@ -722,7 +723,8 @@ def _text_partitioned(d: dict) -> str:
         ("parts on disk", human_bytes(d["bytes"]))])
     feats: dict[str, list[str]] = {}
     for f in d["node_feats"]:
-        feats.setdefault(f["type"], []).append(f"{f['name']} {f['dtype']} {_shape(f['shape'])}")
+        feats.setdefault(f["type"], []).append(f"{f['name']} {f['dtype']} {_shape(f['shape'])}"
+                                               + (" csr" if f.get("format") == "csr" else ""))
     lines += ["", *table(["node type", "nodes", "classes", "node data"],
                          [[t["name"], t["num_nodes"], d["num_classes"].get(t["name"]),
                            ", ".join(feats.get(t["name"], [])) or "-"]

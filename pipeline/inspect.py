@@ -379,8 +379,9 @@ def describe_partitioned(path: str) -> dict:
     format_version, dispatch_id, manifest, integrity: {manifests, stamps_ok}, source,
     num_classes, num_nodes, num_edges, node_types: [{name, num_nodes}], edge_types: [{name,
     num_edges}], node_feats: [{type, name, dtype, shape, format ("dense" or "csr")}],
-    edge_feats: [{type, name, dtype, shape}], parts: [{part, path, machine, present, owned_nodes {ntype: n}, halo_nodes {ntype: n or None}, edges {etype: n},
-    num_edges, feature_fields, files, bytes, stamp}], bytes}``. ``present`` is whether the part
+    edge_feats: [{type, name, dtype, shape}], parts: [{part, path, machine, present,
+    owned_nodes {ntype: n}, halo_nodes {ntype: n or None}, edges {etype: n}, num_edges,
+    feature_fields, files, bytes, stamp}], bytes}``. ``present`` is whether the part
     folder is reachable from here (parts delivered with ``--machines`` live on their machines);
     when it is not, halo counts and bytes come from graph.json's integrity manifest. ``stamp``:
     ``ok``, ``missing``, ``mismatch: ...`` or ``absent`` (folder not here), from part.json.

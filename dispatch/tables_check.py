@@ -12,7 +12,9 @@ input to parts. One task per table part, as ``prep chunk`` cut them:
   under ``dangling: drop``, an error otherwise), its fields encoded again, and the multiset of
   (source ID, destination ID, field rows) fingerprinted (a count and a wrapping hash sum, as
   :mod:`dispatch.fingerprint`); the sum over an edge type's parts must equal the same
-  fingerprint of the chunked graph's edges (one task per edge chunk).
+  fingerprint of the chunked graph's edges (one task per edge chunk). Where they differ, each
+  part's rows are compared in order with the graph's edges at their position (``prep chunk``
+  keeps a table's rows in order) to name the first differing edge by its keys.
 
 A task holds one table part (its columns and encoded rows) and the map buckets its keys fall
 in; the chunked graph's side one edge chunk with its data rows.
@@ -146,10 +148,10 @@ def _edge_prints(src: np.ndarray, dst: np.ndarray, fields: dict) -> np.ndarray:
     return np.array([len(src), hashes.sum(dtype=np.uint64)], np.uint64)
 
 
-def print_edge_rows(task: EdgeRowsTask) -> np.ndarray | str:
-    """The fingerprint of an edge table part's edges as IDs with their fields, or why the
-    part cannot be in the graph."""
-    graph = load_chunked_graph(task.root, check_files=False)
+def _edge_rows(task: EdgeRowsTask, graph: ChunkedGraph):
+    """``(src, dst, fields, keys)`` of an edge table part's kept rows as the graph should hold
+    them (IDs, re-encoded fields, split masks; ``keys[end]`` of the kept rows), or a message
+    when a row cannot be in the graph."""
     et, part = task.etype, task.part
     table = read_part(part)
     keys = {end: normalize_keys(table.column(col), file=part.path, field=col)
@@ -167,7 +169,51 @@ def print_edge_rows(task: EdgeRowsTask) -> np.ndarray | str:
         fields = {name: rows[keep] for name, rows in encode_fields(task.encode, table).items()}
         if task.encode.edge_split is not None:
             fields.update(edge_split_masks(task.encode, src[keep], dst[keep]))
-    return _edge_prints(src[keep], dst[keep], fields)
+    kept = np.flatnonzero(keep)
+    return src[keep], dst[keep], fields, {e: k.take(kept) for e, k in keys.items()}
+
+
+def print_edge_rows(task: EdgeRowsTask) -> np.ndarray | str:
+    """The fingerprint of an edge table part's edges as IDs with their fields, and their
+    count, or why the part cannot be in the graph."""
+    rows = _edge_rows(task, load_chunked_graph(task.root, check_files=False))
+    return rows if isinstance(rows, str) else _edge_prints(*rows[:3])
+
+
+def locate_edge_rows(args: tuple[EdgeRowsTask, int]) -> str | None:
+    """The first of a part's kept rows that differs from the graph's edge at the same position
+    (the graph keeps a table's edges in row order: the part's rows are its edges ``[offset,
+    offset + kept)``), named by file and keys; None when the part's rows all match."""
+    task, offset = args
+    graph = load_chunked_graph(task.root, check_files=False)
+    src, dst, fields, keys = _edge_rows(task, graph)
+    got_src, got_dst = _graph_edges(graph, task.etype, offset, offset + len(src))
+    _, edge_fields = data_fields(graph)
+    checks = [("source", src, got_src), ("destination", dst, got_dst)]
+    checks += [(f"field {name!r}", fields[name], edge_fields[task.etype][name].read(
+        offset, offset + len(src))) for name in sorted(fields)
+        if name in edge_fields.get(task.etype, {})]
+    for what, want, got in checks:
+        differs = np.flatnonzero(_row_prints(want) != _row_prints(got))
+        if len(differs):
+            i = int(differs[0])
+            return (f"{task.part.path}: the edge {_shown(keys['src'][i])} -> "
+                    f"{_shown(keys['dst'][i])} (edge {offset + i} of type {task.etype}): "
+                    f"its {what} differs from the graph's")
+    return None
+
+
+def _graph_edges(graph: ChunkedGraph, et: EdgeType, start: int, stop: int):
+    """The graph's edges ``[start, stop)`` of ``et`` (IDs), from the chunks they fall in."""
+    files, bounds = graph.edges[et], np.concatenate([[0], np.cumsum(graph.edge_chunks[et])])
+    src, dst = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    for i in range(len(files.files)):
+        lo, hi = max(start, bounds[i]), min(stop, bounds[i + 1])
+        if lo < hi:
+            s, d = read_edge_chunk(graph.path(files.files[i]), files)
+            src.append(np.asarray(s[lo - bounds[i]:hi - bounds[i]], np.int64))
+            dst.append(np.asarray(d[lo - bounds[i]:hi - bounds[i]], np.int64))
+    return np.concatenate(src), np.concatenate(dst)
 
 
 @dataclass(frozen=True)
@@ -233,8 +279,13 @@ def check_tables(config_path: str, chunked: str, run, chunk_size: int = 1 << 20,
             raise TablesMismatch(f"edge type {et}: the tables hold {int(want[0]):,} edges, "
                                  f"the graph {int(got[0]):,}")
         if want[1] != got[1]:
-            raise TablesMismatch(f"edge type {et}: the graph's edges (endpoints by key, or "
-                                 f"their data) differ from the tables' rows")
+            mine = [(t, p) for t, p in zip(edge_tasks, table_prints) if t.etype == et]
+            offsets = np.concatenate([[0], np.cumsum([int(p[0]) for _, p in mine])])
+            found = run(locate_edge_rows, [(t, int(o)) for (t, _), o in zip(mine, offsets)],
+                        "locate the difference")
+            raise TablesMismatch(next((f for f in found if f), f"edge type {et}: the graph's "
+                                      f"edges differ from the tables' rows (as a set; not in "
+                                      f"table order)"))
         edges += int(want[0])
     return {"rows": rows, "edges": edges}
 

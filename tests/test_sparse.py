@@ -261,3 +261,21 @@ def test_scipy_npz_node_data_stays_sparse(prep, tmp_path, kind):
     assert files.format == "csr" and len(files.files) == 3
     got = concat_rows([read_array_chunk(g.path(f), files) for f in files.files])
     assert np.array_equal(got.to_dense(), x)
+
+
+def test_verify_tables_names_a_changed_edge(pages, prep, tmp_path):
+    """An edge whose destination key changed in the table is named by its keys."""
+    import shutil
+    root, _, _ = pages
+    changed = tmp_path / "changed"
+    shutil.copytree(root / "tables", changed / "tables")
+    shutil.copy(root / "pages.json", changed / "pages.json")
+    links = pq.read_table(changed / "tables" / "links.parquet")
+    b = links.column("b").to_pylist()
+    a = links.column("a").to_pylist()
+    b[1234] = next(k for k in b if k != b[1234])
+    pq.write_table(links.set_column(1, "b", pa.array(b)), changed / "tables" / "links.parquet")
+    out = prep("verify", root / "g", root / "d", "--tables", changed / "pages.json",
+               code=1).output
+    assert f"the edge '{a[1234]}' -> '{b[1234]}' (edge 1234 of type page:links:page)" in out
+    assert "its destination differs" in out

@@ -18,12 +18,11 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import (add_graph_options, fresh_cluster, graph_spec, parse_args,  # noqa: E402
-                    run_baseline, sampled_peaks_mb, start_memory_sampler, timer,
-                    worker_peak_rss_mb)
+from common import (PeriodicSampler, add_graph_options, fresh_cluster,  # noqa: E402
+                    graph_spec, parse_args, run_baseline, sampled_peaks_mb,
+                    start_memory_sampler, timer, worker_peak_rss_mb)
 
 from dispatch.job import run_dispatch  # noqa: E402
 from dispatch.verify import run_verify  # noqa: E402
@@ -78,27 +77,16 @@ def du(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
 
 
-class DiskPeak:
+class DiskPeak(PeriodicSampler):
     """Peak bytes used on ``path``'s file system above its use at start (sampled every 2 s in
     a thread: intermediate files of a step count, such as the multilevel levels)."""
 
     def __init__(self, path: str, interval_s: float = 2.0):
-        self.path, self.interval_s = path, interval_s
+        super().__init__(interval_s)
+        self.path = path
         self.base = self.peak = shutil.disk_usage(path).used
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _loop(self):
-        while not self._stop.wait(self.interval_s):
-            self.peak = max(self.peak, shutil.disk_usage(self.path).used)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
+    def sample(self) -> None:
         self.peak = max(self.peak, shutil.disk_usage(self.path).used)
 
     @property

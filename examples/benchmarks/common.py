@@ -7,6 +7,7 @@ import argparse
 import json
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 
@@ -174,3 +175,29 @@ def graph_spec(args, edges: int, feat_dim: int, scale: int | None = None):
             scale = max(1, round(math.log2(edges / args.edge_factor)))
         return SynthSpec.from_scale(scale, args.edge_factor, feat_dim=feat_dim)
     return SynthSpec(num_nodes=edges // 10, num_edges=edges, feat_dim=feat_dim)
+
+
+class PeriodicSampler:
+    """A daemon thread that calls :meth:`sample` every ``interval_s`` while the ``with`` block
+    runs, and once more as it ends (so a peak reached just before the end counts)."""
+
+    def __init__(self, interval_s: float):
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.sample()

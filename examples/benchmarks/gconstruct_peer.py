@@ -4,7 +4,7 @@ GraphStorm (AWS) does the same step as ``prep chunk`` of tables: string-keyed no
 tables -> a graph with an ID mapping, features and categorical transforms. It is *not* a
 dependency of this project: it runs as a subprocess of another Python (``python``, e.g. a
 venv made by ``pip install graphstorm`` plus the DGL that imports with its torch), so this
-module only imports the standard library and psutil.
+module imports only the standard library, psutil and the benchmarks' `common` helpers.
 
 - :func:`write_config`: the gconstruct JSON config for the tables of ``bench_keys.make_tables``
   (``nodes.parquet``: key, f0, f1, country; ``edges/*.parquet``: src, dst, amount, channel),
@@ -31,8 +31,9 @@ import json
 import os
 import subprocess
 import tempfile
-import threading
 import time
+
+from common import PeriodicSampler
 
 MB = 1 << 20
 
@@ -105,19 +106,18 @@ def _rollup(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
-class TreeSampler:
+class TreeSampler(PeriodicSampler):
     """Polls a process and its descendants (psutil) every ``interval_s``: the peak of the
     *sum* of their RSS, and of the sum of their PSS (shared pages, e.g. the libraries a forked
     worker shares with its parent, counted once over the tree), and the most processes seen
     at once."""
 
     def __init__(self, pid: int, interval_s: float = 0.05):
-        self.pid, self.interval_s = pid, interval_s
+        super().__init__(interval_s)
+        self.pid = pid
         self.rss = self.pss = self.procs = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _sample(self) -> None:
+    def sample(self) -> None:
         import psutil
         try:
             root = psutil.Process(self.pid)
@@ -129,18 +129,6 @@ class TreeSampler:
         self.pss = max(self.pss, sum(p for _, p in sizes))
         self.procs = max(self.procs, len(pids))
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._sample()
-            self._stop.wait(self.interval_s)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 INSPECT = r"""

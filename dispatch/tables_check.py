@@ -43,7 +43,8 @@ from .fingerprint import row_hash
 
 @dataclass(frozen=True)
 class NodeRowsTask:
-    root: str                   # the chunked graph
+    graph: ChunkedGraph
+    fields: dict                # the type's node data, {name: DataField} (opened once)
     ntype: str
     key: str
     encode: EncodeTask          # first_id is found by the task
@@ -51,7 +52,8 @@ class NodeRowsTask:
 
 @dataclass(frozen=True)
 class EdgeRowsTask:
-    root: str
+    graph: ChunkedGraph
+    fields: dict                # the type's edge data, {name: DataField}
     etype: EdgeType
     src: str
     dst: str
@@ -73,9 +75,11 @@ def _encoder(graph: ChunkedGraph, owner: str, part, fields: Fields, split=None,
                       "", "", edge_split)
 
 
-def table_tasks(config: TablesConfig, graph: ChunkedGraph, chunk_size: int, dangling: str):
-    """``(node tasks, edge tasks)`` for every part of every table of ``config``."""
-    nodes = [NodeRowsTask(graph.root, s.ntype, s.key,
+def table_tasks(config: TablesConfig, graph: ChunkedGraph, chunk_size: int, dangling: str,
+                fields: tuple[dict, dict]):
+    """``(node tasks, edge tasks)`` for every part of every table of ``config``; ``fields``:
+    the graph's ``(node fields, edge fields)`` as :func:`data_fields` opens them."""
+    nodes = [NodeRowsTask(graph, fields[0].get(s.ntype, {}), s.ntype, s.key,
                           _encoder(graph, s.ntype, part, Fields(s.data.fields), s.data.split))
              for s in config.nodes
              for part in read_parts(s.files, (s.key,), s.data, s.csv, chunk_size)]
@@ -88,7 +92,7 @@ def table_tasks(config: TablesConfig, graph: ChunkedGraph, chunk_size: int, dang
         for part in read_parts(s.files, (s.src, s.dst), s.data, s.csv, chunk_size):
             encode = _encoder(graph, str(s.etype), part, Fields(s.data.fields),
                               edge_split=split) if s.data.names else None
-            edges.append(EdgeRowsTask(graph.root, s.etype, s.src, s.dst,
+            edges.append(EdgeRowsTask(graph, fields[1].get(s.etype, {}), s.etype, s.src, s.dst,
                                       config.dangling or dangling, part, encode))
     return nodes, edges
 
@@ -96,11 +100,10 @@ def table_tasks(config: TablesConfig, graph: ChunkedGraph, chunk_size: int, dang
 def check_node_rows(task: NodeRowsTask) -> tuple[int, int] | str:
     """``(first ID, rows)`` of a node table part whose rows match the chunked graph, else
     the first difference (file, key, field)."""
-    graph = load_chunked_graph(task.root, check_files=False)
     part = task.encode.part
     table = read_part(part)
     keys = normalize_keys(table.column(task.key), file=part.path, field=task.key)
-    ids = ids_of(graph, task.ntype, keys)
+    ids = ids_of(task.graph, task.ntype, keys)
     n = len(ids)
     if not n:
         return (0, 0)
@@ -112,13 +115,12 @@ def check_node_rows(task: NodeRowsTask) -> tuple[int, int] | str:
                 f"{int(ids[i])} in the graph, expected {first + i} (rows keep their order)"
                 if ids[i] >= 0 else f"{part.path}: key {_shown(keys[i])} of node type "
                 f"{task.ntype} is not in the graph")
-    fields, _ = data_fields(graph)
-    mine = fields.get(task.ntype, {})
+    mine = task.fields
     for name, rows in encode_fields(replace(task.encode, first_id=first), table).items():
         if name not in mine:
             return f"{part.path}: field {name!r} of node type {task.ntype} is not in the graph"
         got = mine[name].read(first, first + n)
-        differs = np.flatnonzero(_row_prints(got) != _row_prints(rows))
+        differs = np.flatnonzero(row_hash(got) != row_hash(rows))
         if len(differs):
             i = int(differs[0])
             return (f"{part.path}: key {_shown(keys[i])} (node {first + i} of type "
@@ -137,18 +139,13 @@ def _shown(key) -> str:
     return repr(value)
 
 
-def _row_prints(rows) -> np.ndarray:
-    """One hash per row, dense or sparse alike (bool masks as bytes)."""
-    return row_hash(rows if hasattr(rows, "indptr") else np.asarray(rows))
-
-
 def _edge_prints(src: np.ndarray, dst: np.ndarray, fields: dict) -> np.ndarray:
     """``[count, hash sum]`` of edges with their data rows (field-name order)."""
-    hashes = mix(src, dst, *(_row_prints(fields[k]) for k in sorted(fields)))
+    hashes = mix(src, dst, *(row_hash(fields[k]) for k in sorted(fields)))
     return np.array([len(src), hashes.sum(dtype=np.uint64)], np.uint64)
 
 
-def _edge_rows(task: EdgeRowsTask, graph: ChunkedGraph):
+def _edge_rows(task: EdgeRowsTask):
     """``(src, dst, fields, keys)`` of an edge table part's kept rows as the graph should hold
     them (IDs, re-encoded fields, split masks; ``keys[end]`` of the kept rows), or a message
     when a row cannot be in the graph."""
@@ -156,6 +153,7 @@ def _edge_rows(task: EdgeRowsTask, graph: ChunkedGraph):
     table = read_part(part)
     keys = {end: normalize_keys(table.column(col), file=part.path, field=col)
             for end, col in (("src", task.src), ("dst", task.dst))}
+    graph = task.graph
     src, dst = ids_of(graph, et.src, keys["src"]), ids_of(graph, et.dst, keys["dst"])
     missing = (src < 0) | (dst < 0)
     if missing.any() and task.dangling != "drop":
@@ -176,7 +174,7 @@ def _edge_rows(task: EdgeRowsTask, graph: ChunkedGraph):
 def print_edge_rows(task: EdgeRowsTask) -> np.ndarray | str:
     """The fingerprint of an edge table part's edges as IDs with their fields, and their
     count, or why the part cannot be in the graph."""
-    rows = _edge_rows(task, load_chunked_graph(task.root, check_files=False))
+    rows = _edge_rows(task)
     return rows if isinstance(rows, str) else _edge_prints(*rows[:3])
 
 
@@ -185,16 +183,13 @@ def locate_edge_rows(args: tuple[EdgeRowsTask, int]) -> str | None:
     (the graph keeps a table's edges in row order: the part's rows are its edges ``[offset,
     offset + kept)``), named by file and keys; None when the part's rows all match."""
     task, offset = args
-    graph = load_chunked_graph(task.root, check_files=False)
-    src, dst, fields, keys = _edge_rows(task, graph)
-    got_src, got_dst = _graph_edges(graph, task.etype, offset, offset + len(src))
-    _, edge_fields = data_fields(graph)
+    src, dst, fields, keys = _edge_rows(task)
+    got_src, got_dst = _graph_edges(task.graph, task.etype, offset, offset + len(src))
     checks = [("source", src, got_src), ("destination", dst, got_dst)]
-    checks += [(f"field {name!r}", fields[name], edge_fields[task.etype][name].read(
-        offset, offset + len(src))) for name in sorted(fields)
-        if name in edge_fields.get(task.etype, {})]
+    checks += [(f"field {name!r}", fields[name], task.fields[name].read(
+        offset, offset + len(src))) for name in sorted(fields) if name in task.fields]
     for what, want, got in checks:
-        differs = np.flatnonzero(_row_prints(want) != _row_prints(got))
+        differs = np.flatnonzero(row_hash(want) != row_hash(got))
         if len(differs):
             i = int(differs[0])
             return (f"{task.part.path}: the edge {_shown(keys['src'][i])} -> "
@@ -218,7 +213,8 @@ def _graph_edges(graph: ChunkedGraph, et: EdgeType, start: int, stop: int):
 
 @dataclass(frozen=True)
 class EdgeChunkTask:
-    root: str
+    graph: ChunkedGraph
+    fields: dict                # the type's edge data, {name: DataField}
     etype: EdgeType
     chunk: int
     start: int
@@ -227,12 +223,9 @@ class EdgeChunkTask:
 
 def print_edge_chunk(task: EdgeChunkTask) -> np.ndarray:
     """The same fingerprint of one edge chunk of the chunked graph."""
-    graph = load_chunked_graph(task.root, check_files=False)
-    files = graph.edges[task.etype]
-    src, dst = read_edge_chunk(graph.path(files.files[task.chunk]), files)
-    _, edge_fields = data_fields(graph)
-    fields = {name: f.read(task.start, task.stop)
-              for name, f in edge_fields.get(task.etype, {}).items()}
+    files = task.graph.edges[task.etype]
+    src, dst = read_edge_chunk(task.graph.path(files.files[task.chunk]), files)
+    fields = {name: f.read(task.start, task.stop) for name, f in task.fields.items()}
     return _edge_prints(np.asarray(src, np.int64), np.asarray(dst, np.int64), fields)
 
 
@@ -243,7 +236,8 @@ def check_tables(config_path: str, chunked: str, run, chunk_size: int = 1 << 20,
     raises :class:`TablesMismatch` naming the first difference."""
     config = load_config(config_path)
     graph = load_chunked_graph(chunked)
-    node_tasks, edge_tasks = table_tasks(config, graph, chunk_size, dangling)
+    fields = data_fields(graph)       # every chunk's header read once, here
+    node_tasks, edge_tasks = table_tasks(config, graph, chunk_size, dangling, fields)
     found = run(check_node_rows, node_tasks, "verify node tables") if node_tasks else []
     problems = [r for r in found if isinstance(r, str)]
     if problems:
@@ -266,7 +260,8 @@ def check_tables(config_path: str, chunked: str, run, chunk_size: int = 1 << 20,
     chunk_tasks = []
     for et in types:
         bounds = np.concatenate([[0], np.cumsum(graph.edge_chunks[et])])
-        chunk_tasks += [EdgeChunkTask(graph.root, et, i, int(bounds[i]), int(bounds[i + 1]))
+        chunk_tasks += [EdgeChunkTask(graph, fields[1].get(et, {}), et, i, int(bounds[i]),
+                                      int(bounds[i + 1]))
                         for i in range(len(graph.edge_chunks[et]))]
     graph_prints = run(print_edge_chunk, chunk_tasks, "verify graph edges") if chunk_tasks else []
     edges = 0

@@ -8,10 +8,12 @@ A converter turns its input into a :class:`SourceGraph`: per edge type a list of
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import logging
 import lzma
+import os
 import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -535,7 +537,7 @@ def data_fields(graph: ChunkedGraph, nan_policy: str = "error"):
 @dataclass(frozen=True)
 class ScipyNpzArray(ArraySource):
     """A sparse matrix file of ``scipy.sparse.save_npz`` (node data kept sparse): loaded whole
-    by each read (as every ``.npz`` input is), rows sliced."""
+    once per process (as every ``.npz`` input is loaded whole), rows sliced per read."""
 
     rows: int = 0
     dim: int = 0
@@ -554,7 +556,15 @@ class ScipyNpzArray(ArraySource):
         return self.dim
 
     def read(self, start: int, stop: int) -> CsrRows:
-        return read_scipy_npz(self.path).rows_between(start, stop).copy()
+        return _npz_rows(self.path, os.path.getmtime(self.path)).rows_between(start,
+                                                                             stop).copy()
+
+
+@functools.lru_cache(maxsize=1)
+def _npz_rows(path: str, mtime: float) -> CsrRows:
+    """The matrix at ``path`` (``mtime`` keys the cache): each chunk of it is one task, and a
+    worker reading its chunks one after another parses the file once, not once per chunk."""
+    return read_scipy_npz(path)
 
 
 @dataclass(frozen=True)

@@ -99,12 +99,15 @@ class VerifyPlan:
         except FormatError as err:
             raise DamagedFile(p, err.file, err.message) from None
 
+    def node_rows(self, p: int, t: str, name: str, start: int, stop: int):
+        """Rows ``[start, stop)`` of node data ``name`` of ``t`` in part ``p`` (read, not
+        mapped): an array, or :class:`CsrRows` for a sparse field."""
+        if self.parts.node_feats[t][name].get("format") == CSR:
+            return self.node_field(p, t, name).rows_between(start, stop).copy()
+        return self.rows(p, ("node_feats", t, f"{name}.npy"), start, stop)
+
     def rows(self, p: int, rel: tuple[str, ...], start: int, stop: int) -> np.ndarray:
-        """Rows ``[start, stop)`` of a part's ``.npy`` (read, not mapped); a sparse node
-        field's (``rel`` = ``("node_feats", t, "NAME.npy")``) as :class:`CsrRows`."""
-        if rel[0] == "node_feats" and self.parts.node_feats[rel[1]][rel[2][:-4]].get(
-                "format") == CSR:
-            return self.node_field(p, rel[1], rel[2][:-4]).rows_between(start, stop).copy()
+        """Rows ``[start, stop)`` of a part's ``.npy`` (read, not mapped)."""
         path = self.parts.part_path(p, *rel)
         try:
             return read_rows(path, start, stop)
@@ -350,7 +353,7 @@ class PartPrints:
         names = sorted(plan.parts.node_feats.get(t, {}))
         for a in range(0, len(orig), plan.range_size):
             ids = orig[a:a + plan.range_size]
-            fields = [plan.rows(p, ("node_feats", t, f"{name}.npy"), a, a + len(ids))
+            fields = [plan.node_rows(p, t, name, a, a + len(ids))
                       for name in names]
             add_prints(self.node[t], ids // plan.range_size, node_hash(ids, fields))
 
@@ -455,7 +458,8 @@ def _check_edge_chunk(task) -> str | None:
                      f"endpoints ({rows[1, i]}, {rows[2, i]}) but input has ({src[i]}, {dst[i]})")
     for name, source in plan.edge_fields.get(et, {}).items():
         expect = source.read(start, stop)
-        got = _rows(plan, rows[3], rows[4], ("edge_feats", et.dirname, f"{name}.npy"), expect)
+        got = _rows(rows[3], rows[4], lambda q: plan.load(q, "edge_feats", et.dirname,
+                                                          f"{name}.npy"), expect)
         i = _compare(got, expect)
         if i is not None:
             return _fail(int(rows[3, i]), "edge", et, start + i, f"edge data '{name}' differs")
@@ -473,7 +477,7 @@ def _check_node_range(task) -> str | None:
         return _fail(None, "node", t, oid, what)
     for name, source in plan.node_fields.get(t, {}).items():
         expect = source.read(start, stop)
-        got = _rows(plan, rows[1], rows[2], ("node_feats", t, f"{name}.npy"), expect)
+        got = _rows(rows[1], rows[2], lambda q: plan.node_field(q, t, name), expect)
         i = _compare(got, expect)
         if i is not None:
             return _fail(int(rows[1, i]), "node", t, start + i,
@@ -508,16 +512,18 @@ print_edge_chunk = _Guarded(_print_edge_chunk)
 print_node_range = _Guarded(_print_node_range)
 
 
-def _rows(plan, parts, rows, rel, like) -> np.ndarray:
+def _rows(parts, rows, array_of, like) -> np.ndarray:
+    """Row ``rows[i]`` of part ``parts[i]``'s array (``array_of(part)``: mapped, or
+    :class:`CsrRows`) for every ``i``, shaped like ``like``."""
     if is_csr(like):     # each part's rows, then put in the asked order
         where = [np.flatnonzero(parts == q) for q in unique_ints(parts)]
-        got = concat_rows([plan.node_field(int(parts[w[0]]), rel[1], rel[2][:-4]).take(
-            rows[w]) for w in where]) if where else like[:0]
+        got = concat_rows([array_of(int(parts[w[0]])).take(rows[w]) for w in where]) \
+            if where else like[:0]
         return got.take(np.argsort(np.concatenate(where))) if where else got
     out = np.empty_like(like)
     for q in unique_ints(parts):
         sel = parts == q
-        out[sel] = np.asarray(plan.load(int(q), *rel))[rows[sel]]
+        out[sel] = np.asarray(array_of(int(q)))[rows[sel]]
     return out
 
 

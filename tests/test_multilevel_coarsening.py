@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -108,3 +109,76 @@ def test_stalled_coarsening_hands_metis_no_more_than_the_budget(graphs, tmp_path
     assert sizes.min() > 0 and sizes.max() <= 1.03 * len(parts) / 4 + 1
     ref = assign(MetisPartitioner(), graphs["planted"], options(4), tmp_path / "m")
     assert cut_of(graphs["planted"], parts) <= 1.15 * cut_of(graphs["planted"], ref)
+
+
+def weighted_edges_level(folder, n, edges, wgt, range_size):
+    """A level from undirected edges with their weights (unit vertex weights)."""
+    from pipeline.partition.multilevel.layout import Level, new_array, write_csr
+
+    os.makedirs(folder, exist_ok=True)
+    level = Level(str(folder), n, range_size, 1, 1)
+    src, dst = np.r_[edges[:, 0], edges[:, 1]], np.r_[edges[:, 1], edges[:, 0]]
+    w = np.r_[wgt, wgt]
+    for r in range(level.num_ranges):
+        start, stop = level.bounds(r)
+        mine = np.flatnonzero((src >= start) & (src < stop))
+        mine = mine[np.lexsort((dst[mine], src[mine]))]
+        write_csr(level, r, src[mine] - start, dst[mine], w[mine])
+    new_array(level.path("vwgt.npy"), (n, 1))
+    vw = level.vwgt("r+")
+    vw[:] = 1
+    vw.flush()
+    return level
+
+
+def level_entries(level):
+    rows = [level.read_csr(r) for r in range(level.num_ranges)]
+    return {(int(c.start + i), int(v), int(w)) for c in rows
+            for i, v, w in zip(c.rows(), c.adj, c.wgt)}
+
+
+def test_sparsify_keeps_the_heaviest_edges_symmetric_for_any_range_size(tmp_path):
+    """Threshold sparsification of a level: about the asked number of entries stay, every
+    entry above the threshold class and a hashed share of it, both directions of an edge
+    together, the same edges whatever the range size, and the files still a valid level."""
+    from pipeline.partition.multilevel.sparsify import sparsify_level, weight_bins
+
+    rng = np.random.default_rng(5)
+    n = 400
+    pairs = np.unique(np.sort(rng.integers(0, n, (6000, 2)), axis=1), axis=0)
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    wgt = rng.choice([1, 1, 1, 1, 2, 3, 5, 9], len(pairs))
+    before = None
+    kept = []
+    for range_size in (64, 150):
+        level = weighted_edges_level(tmp_path / f"r{range_size}", n, pairs, wgt, range_size)
+        before = level_entries(level)
+        target = len(before) // 2
+        got = sparsify_level(level, target, seed=7, runner=local_runner)
+        after = level_entries(level)
+        assert got == len(after) and abs(got - target) <= 0.05 * target
+        assert after <= before
+        assert {(v, u, w) for u, v, w in after} == after              # symmetric
+        threshold = min(weight_bins(np.array([w]))[0] for _, _, w in after)
+        assert {e for e in before if weight_bins(np.array([e[2]]))[0] > threshold} <= after
+        assert not (tmp_path / f"r{range_size}" / "sparsified").exists()
+        kept.append(after)
+    assert kept[0] == kept[1]
+    assert len(before) > len(kept[0])
+
+
+def test_a_level_that_keeps_too_many_edges_is_sparsified(graphs, tmp_path, monkeypatch):
+    """A coarse level keeping more than KEEP_EDGES of its fine level's edges loses its
+    lightest ones; the statistics say how many it had, and the cut stays that of the run
+    without it."""
+    from pipeline.partition.multilevel import method as ml
+
+    monkeypatch.setattr(ml, "KEEP_EDGES", 0.2)   # planted keeps 23% here
+    sparse = MultilevelPartitioner(range_size=4096)
+    parts = assign(sparse, graphs["planted"], options(4, coarse_edges=5_000), tmp_path / "s")
+    levels = sparse.info["levels"]
+    assert levels[1]["edges"] <= 0.2 * levels[0]["edges"] < levels[1]["contracted_edges"]
+    plain = MultilevelPartitioner(range_size=4096, sparsify=False)
+    ref = assign(plain, graphs["planted"], options(4, coarse_edges=5_000), tmp_path / "p")
+    assert "contracted_edges" not in plain.info["levels"][1]
+    assert cut_of(graphs["planted"], parts) <= 1.05 * cut_of(graphs["planted"], ref)

@@ -54,6 +54,50 @@ def append_bucketed(f, table: np.ndarray, keys: np.ndarray,
     return base, np.searchsorted(keys, bounds)
 
 
+class TableFile:
+    """A raw file that a task appends tables to (``append_bucketed``), one per block of its
+    rows, remembering each table's ``(byte offset, row offsets)`` for ``table_spans``."""
+
+    def __init__(self, path: str):
+        self.path, self.tables = path, []
+        self.file = open(path, "wb")
+
+    def append(self, table: np.ndarray, keys: np.ndarray, bounds: np.ndarray) -> None:
+        self.tables.append(append_bucketed(self.file, table, keys, bounds))
+
+    def __enter__(self) -> "TableFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.file.close()
+
+
+def table_spans(paths: list[str], tables: list[list[tuple[int, np.ndarray]]],
+                s: int) -> tuple[Span, ...]:
+    """``spans_into`` for files of several tables: ``tables[i]`` lists the ``(byte offset,
+    row offsets)`` of the tables of ``paths[i]`` (``TableFile.tables``)."""
+    flat = [(p, base, off) for p, ts in zip(paths, tables) for base, off in ts]
+    return spans_into([p for p, _, _ in flat], [off for _, _, off in flat], s, None,
+                      [base for _, base, _ in flat])
+
+
+def span_groups(pieces: tuple[tuple[Span, ...], ...], max_rows: int
+                ) -> Iterator[tuple[Span, ...]]:
+    """Consecutive ``pieces`` (each the spans of one bucket) joined while their rows stay
+    within ``max_rows``; a piece over it alone. A piece is never split, so a reader that
+    decides per key keeps each key's rows together."""
+    group, size = [], 0
+    for piece in pieces:
+        rows = sum(x.stop - x.start for x in piece)
+        if group and size + rows > max_rows:
+            yield tuple(group)
+            group, size = [], 0
+        group.extend(piece)
+        size += rows
+    if group:
+        yield tuple(group)
+
+
 def spans_into(paths: list[str], offsets: list[np.ndarray], s: int,
                dtypes: list[str] | None = None,
                bases: list[int] | None = None) -> tuple[Span, ...]:

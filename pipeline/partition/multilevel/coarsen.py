@@ -9,10 +9,10 @@ per node range, every task writing only its own rows:
    still has room for it in every constraint, and the cluster ranks above the node's own in
    the round's seeded random order of the labels: two clusters never trade nodes both ways,
    so two singletons can never swap places. Proposals are written bucketed by the target's
-   range.
-2. *accept*: per target range, proposals sorted by (target, gain desc, hash, node); each
-   target takes them while its weight + the running sum stays within the cap (a vectorized
-   segmented cumsum). A cluster that turns a proposal away is marked *saturated* for the rest
+   range, in ``SUB_BUCKETS`` pieces of it.
+2. *accept*: per target range, a block of pieces at a time, proposals sorted by (target,
+   gain desc, hash, node); each target takes them while its weight + the running sum stays
+   within the cap (a vectorized segmented cumsum). A cluster that turns a proposal away is marked *saturated* for the rest
    of the level. Once a round of the level accepts fewer than half of its proposals, later
    rounds propose elsewhere: deep in the hierarchy of a power-law graph a few dozen clusters
    near the cap hold most of the weight and attract most proposals, and without the mark
@@ -37,7 +37,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...arrayops import mix
-from .buckets import Span, read_spans, spans_into, write_bucketed
+from .buckets import Span, TableFile, read_spans, span_groups, spans_into, table_spans, \
+    write_bucketed
 from .layout import Level, RangeCSR, best_per_row, new_array, sum_by_key, write_rows
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,13 @@ ISOLATED_BLOCK = 1024      # isolated nodes are grouped within blocks of this ma
 ISOLATED_SHARE = 1 / 16
 SATURATION_TRIGGER = 0.5   # a round accepting fewer than this share of its proposals
 FIXED = 5            # proposal columns before the weights: node, target, gain, tie, old label
+# Proposals (and two-hop rows) are bucketed by 1/SUB_BUCKETS of a target range, and the task of
+# a target range reads them at most INBOX_ROWS at a time (a bucket alone may be more: one
+# cluster's rows are decided together). Whole, the inbox of the range of R-MAT's hubs grew
+# with the graph: 20 / 37 / 77 MB of accept's peak at 10^7 / 10^8 / 2.7x10^8 edges, and the
+# ranges are 4x larger at 10^9.
+SUB_BUCKETS = 16
+INBOX_ROWS = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -81,13 +89,22 @@ class RoundTask:
     seed: int
     caps: tuple[float, ...]
     avoid_saturated: bool = False      # propose: skip clusters marked saturated
-    inbox: tuple[Span, ...] = ()       # accept: the proposals into range r
+    inbox: tuple[tuple[Span, ...], ...] = ()   # accept: proposals into range r, by bucket
     moves: tuple[Span, ...] = ()       # apply: accepted moves of range r's nodes
     drops: tuple[Span, ...] = ()       # apply: weight leaving range r's clusters
 
 
 def _bounds(lv: Level) -> np.ndarray:
     return np.arange(lv.num_ranges + 1, dtype=np.int64) * lv.range_size
+
+
+def _target_bounds(lv: Level) -> np.ndarray:
+    """``SUB_BUCKETS`` buckets per node range: bucket ``r * SUB_BUCKETS + j`` is the ``j``-th
+    piece of range ``r``."""
+    start = np.arange(lv.num_ranges, dtype=np.int64) * lv.range_size
+    size = np.minimum(start + lv.range_size, lv.num_nodes) - start
+    piece = start[:, None] + size[:, None] * np.arange(SUB_BUCKETS) // SUB_BUCKETS
+    return np.append(piece.ravel(), lv.num_nodes)
 
 
 def _connections(rows: np.ndarray, lab: np.ndarray, wgt: np.ndarray, take: np.ndarray, n: int,
@@ -104,21 +121,23 @@ def _connections(rows: np.ndarray, lab: np.ndarray, wgt: np.ndarray, take: np.nd
 def propose(task: RoundTask) -> np.ndarray:
     """Proposals of range ``r`` -> ``t###.p#####.bin``, sorted by target. Holds one block of
     the range's CSR (``Level.read_csr_blocks``) with a few arrays per entry, and the range's
-    proposals (one row per node at most). Returns the offsets of each target range's
-    proposals."""
+    proposals (one row per node at most). Returns the offsets of each target bucket's
+    proposals (``_target_bounds``)."""
     return _write_by_target(task, _block_proposals)
 
 
 def _write_by_target(task: RoundTask, block_rows) -> np.ndarray:
     """``block_rows(task, csr, labels, cw)`` over the blocks of range ``r`` (rows whose column
-    1 is a target node), concatenated, sorted by target and written bucketed by its range."""
+    1 is a target node), concatenated, sorted by target and written bucketed by
+    ``_target_bounds``."""
     lv, f = task.level, task.files
     labels = np.load(f.state("labels", False), mmap_mode="r")
     cw = np.load(f.state("cw", False), mmap_mode="r")
     table = np.concatenate([block_rows(task, csr, labels, cw)
                             for csr in lv.read_csr_blocks(task.r)])
     table = table[np.argsort(table[:, 1], kind="stable")]
-    return write_bucketed(f.scratch(f"p{task.r:05d}.bin"), table, table[:, 1], _bounds(lv))
+    return write_bucketed(f.scratch(f"p{task.r:05d}.bin"), table, table[:, 1],
+                          _target_bounds(lv))
 
 
 def _block_proposals(task: RoundTask, csr: RangeCSR, labels: np.ndarray,
@@ -160,39 +179,55 @@ def _block_proposals(task: RoundTask, csr: RangeCSR, labels: np.ndarray,
     return table
 
 
-def accept(task: RoundTask) -> tuple[int, np.ndarray, np.ndarray]:
+def accept(task: RoundTask) -> tuple[int, list, list]:
     """Accept proposals into the clusters of range ``s = task.r`` within the caps; writes the
     accepted moves by node range (``a#####.bin``) and by old-label range (``d#####.bin``),
-    and the dense weight increases of the range. Holds the proposals into this range.
-    Returns (accepted moves, offsets of the ``a`` file, offsets of the ``d`` file)."""
+    one table per block of the inbox, and the dense weight increases of the range. Holds one
+    block of the proposals into this range and a few arrays per node of it. Returns
+    (accepted moves, the ``a`` file's tables, the ``d`` file's tables)."""
     lv, s, f = task.level, task.r, task.files
     start, stop = lv.bounds(s)
     cw = np.load(f.state("cw", False), mmap_mode="r")
-    props = read_spans(task.inbox, FIXED + lv.ncon)
-    props = props[np.lexsort((props[:, 0], props[:, 3], -props[:, 2], props[:, 1]))]
-    w = props[:, FIXED:]
-    first = np.ones(len(props), dtype=bool)
-    first[1:] = props[1:, 1] != props[:-1, 1]
-    group = np.cumsum(first) - 1
-    running = np.cumsum(w, axis=0)
-    running -= (running - w)[first][group]          # segmented cumsum per target
-    ok = ((np.asarray(cw[props[:, 1]]) + running <= np.asarray(task.caps)) |
-          (running == 0)).all(axis=1)
-    moves = props[ok]
-    turned_away = props[~ok, 1]
+    inc = np.zeros((stop - start, lv.ncon), dtype=np.int64)
+    turned_away, moved = [], 0
+    with TableFile(f.scratch(f"a{s:05d}.bin")) as by_node, \
+            TableFile(f.scratch(f"d{s:05d}.bin")) as by_old:
+        for spans in span_groups(task.inbox, INBOX_ROWS):
+            moves, away = _accept_block(read_spans(spans, FIXED + lv.ncon), cw,
+                                        np.asarray(task.caps))
+            turned_away.append(away)
+            moved += len(moves)
+            np.add.at(inc, moves[:, 1] - start, moves[:, FIXED:])
+            bynode = moves[np.argsort(moves[:, 0], kind="stable")][:, :2]
+            by_node.append(bynode, bynode[:, 0], _bounds(lv))
+            del bynode
+            byold = moves[np.argsort(moves[:, 4], kind="stable")][
+                :, [4] + list(range(FIXED, FIXED + lv.ncon))]
+            by_old.append(byold, byold[:, 0], _bounds(lv))
+            del moves, byold
+    turned_away = np.concatenate(turned_away) if turned_away else np.empty(0, np.int64)
     if len(turned_away):
         saturated = np.array(np.load(f.saturated(), mmap_mode="r")[start:stop])
         saturated[turned_away - start] = 1
         write_rows(f.saturated(), start, saturated)
-    bynode = moves[np.argsort(moves[:, 0], kind="stable")][:, :2]
-    a_off = write_bucketed(f.scratch(f"a{s:05d}.bin"), bynode, bynode[:, 0], _bounds(lv))
-    byold = moves[np.argsort(moves[:, 4], kind="stable")][:, [4] + list(range(FIXED, FIXED +
-                                                                              lv.ncon))]
-    d_off = write_bucketed(f.scratch(f"d{s:05d}.bin"), byold, byold[:, 0], _bounds(lv))
-    inc = np.zeros((stop - start, lv.ncon), dtype=np.int64)
-    np.add.at(inc, moves[:, 1] - start, moves[:, FIXED:])
     write_rows(f.increase(), start, inc)
-    return len(moves), a_off, d_off
+    return moved, by_node.tables, by_old.tables
+
+
+def _accept_block(props: np.ndarray, cw: np.ndarray, caps: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(accepted proposals, the distinct targets that turned any away) of a block holding
+    every proposal into its targets: per target by gain (ties: hash, node) while the
+    target's weight + the running sum stays within the cap (a segmented cumsum)."""
+    props = props[np.lexsort((props[:, 0], props[:, 3], -props[:, 2], props[:, 1]))]
+    w = props[:, FIXED:]
+    first = np.ones(len(props), dtype=bool)
+    first[1:] = props[1:, 1] != props[:-1, 1]
+    running = np.cumsum(w, axis=0)
+    running -= (running - w)[first][np.cumsum(first) - 1]   # segmented cumsum per target
+    ok = ((np.asarray(cw[props[:, 1]]) + running <= caps) | (running == 0)).all(axis=1)
+    del running
+    return props[ok], np.unique(props[~ok, 1])
 
 
 def apply(task: RoundTask) -> None:
@@ -237,27 +272,34 @@ def _block_favourites(task: RoundTask, csr: RangeCSR, labels: np.ndarray,
     return np.column_stack([start + row[pick], cl[pick], vw[row[pick]]])
 
 
-def group_by_favourite(task: RoundTask) -> tuple[int, np.ndarray, np.ndarray]:
+def group_by_favourite(task: RoundTask) -> tuple[int, list, list]:
     """Two-hop clustering, second pass: the singletons whose favourite lies in range ``s``,
     per favourite in node order, cut into groups of up to about a cap, each led by its first
     node (KaMinPar's two-hop clustering: the leaves of a hub whose cluster is full become one
     coarse node, and their edges to the hub one edge). Writes the followers' moves (node,
     leader, weights) by node range (``a#####.bin``) and the leaders' gains (leader, weights)
-    by leader range (``g#####.bin``). Holds the rows into this range. Returns (followers,
-    offsets of the ``a`` file, offsets of the ``g`` file)."""
+    by leader range (``g#####.bin``), one table per block of the inbox. Holds one block of
+    the rows into this range. Returns (followers, the ``a`` file's tables, the ``g`` file's
+    tables)."""
     lv, s, f = task.level, task.r, task.files
-    rows = read_spans(task.inbox, 2 + lv.ncon)
-    rows = rows[np.lexsort((rows[:, 0], rows[:, 1]))]
-    first = np.ones(len(rows), dtype=bool)
-    first[1:] = rows[1:, 1] != rows[:-1, 1]
-    leader = rows[group_leaders(first, rows[:, 2:], np.asarray(task.caps)), 0]
-    follow = leader != rows[:, 0]
-    moves = np.column_stack([rows[follow, 0], leader[follow], rows[follow, 2:]])
-    moves = moves[np.argsort(moves[:, 0], kind="stable")]
-    gains = moves[np.argsort(moves[:, 1], kind="stable")][:, 1:]
-    return (len(moves),
-            write_bucketed(f.scratch(f"a{s:05d}.bin"), moves, moves[:, 0], _bounds(lv)),
-            write_bucketed(f.scratch(f"g{s:05d}.bin"), gains, gains[:, 0], _bounds(lv)))
+    followers = 0
+    with TableFile(f.scratch(f"a{s:05d}.bin")) as by_node, \
+            TableFile(f.scratch(f"g{s:05d}.bin")) as by_leader:
+        for spans in span_groups(task.inbox, INBOX_ROWS):
+            rows = read_spans(spans, 2 + lv.ncon)
+            rows = rows[np.lexsort((rows[:, 0], rows[:, 1]))]
+            first = np.ones(len(rows), dtype=bool)
+            first[1:] = rows[1:, 1] != rows[:-1, 1]
+            leader = rows[group_leaders(first, rows[:, 2:], np.asarray(task.caps)), 0]
+            follow = leader != rows[:, 0]
+            moves = np.column_stack([rows[follow, 0], leader[follow], rows[follow, 2:]])
+            del rows, leader
+            followers += len(moves)
+            moves = moves[np.argsort(moves[:, 0], kind="stable")]
+            by_node.append(moves, moves[:, 0], _bounds(lv))
+            gains = moves[np.argsort(moves[:, 1], kind="stable")][:, 1:]
+            by_leader.append(gains, gains[:, 0], _bounds(lv))
+    return followers, by_node.tables, by_leader.tables
 
 
 def apply_groups(task: RoundTask) -> None:
@@ -290,20 +332,21 @@ def two_hop(level: Level, folder: str, t: int, seed: int, caps_t: tuple[float, .
 
 def run_round(tasks: list[RoundTask], runner, first, middle, last, second: str):
     """One round's three passes over ``tasks`` (one per range), each a (function, name):
-    ``first`` writes ``p`` files bucketed by target range and returns their offsets;
-    ``middle`` reads its spans of them and writes ``a`` files (by node range) and ``second``
-    files, returning (count, ``a`` offsets, ``second`` offsets); ``last`` reads its spans of
-    both as ``moves`` and ``drops``. Removes the round's scratch files; returns the first
-    and middle passes' results."""
+    ``first`` writes ``p`` files bucketed by ``_target_bounds`` and returns their offsets;
+    ``middle`` reads its buckets of them, block by block, and writes ``a`` files (by node
+    range) and ``second`` files, returning (count, ``a`` tables, ``second`` tables); ``last``
+    reads its spans of both as ``moves`` and ``drops``. Removes the round's scratch files;
+    returns the first and middle passes' results."""
     files, ranges = tasks[0].files, range(len(tasks))
     offsets = runner(first[0], tasks, f"multilevel: coarsen {first[1]}")
     inbox = [files.scratch(f"p{r:05d}.bin") for r in ranges]
-    out = runner(middle[0], [replace(x, inbox=spans_into(inbox, offsets, x.r)) for x in tasks],
-                 f"multilevel: coarsen {middle[1]}")
+    out = runner(middle[0], [replace(x, inbox=tuple(
+        spans_into(inbox, offsets, x.r * SUB_BUCKETS + j) for j in range(SUB_BUCKETS)))
+        for x in tasks], f"multilevel: coarsen {middle[1]}")
     by_node = [files.scratch(f"a{s:05d}.bin") for s in ranges]
     by_second = [files.scratch(f"{second}{s:05d}.bin") for s in ranges]
-    runner(last[0], [replace(x, moves=spans_into(by_node, [o[1] for o in out], x.r),
-                             drops=spans_into(by_second, [o[2] for o in out], x.r))
+    runner(last[0], [replace(x, moves=table_spans(by_node, [o[1] for o in out], x.r),
+                             drops=table_spans(by_second, [o[2] for o in out], x.r))
                      for x in tasks], f"multilevel: coarsen {last[1]}")
     for name in os.listdir(files.folder):
         if name.startswith(f"t{files.round:03d}."):

@@ -4,7 +4,8 @@ The task holds the coarse graph's CSR (8 B/node + 16 B/entry for adjncy and adjw
 weights and METIS's own copies; the budget (``budget.py``) keeps that below the worker limit.
 When coarsening stalled above the budget, METIS gets only the heaviest coarse edges, up to the
 budget (threshold sparsification, as KaMinPar sparsifies dense coarse graphs): the task reads
-one range at a time and keeps at most the budget, and refinement then sees every edge.
+one range at a time and keeps at most the budget (``sparsify``), and refinement then sees
+every edge.
 """
 
 from __future__ import annotations
@@ -15,63 +16,19 @@ import numpy as np
 
 from formats.output import save_npy
 
-from ...arrayops import mix
-
 from ..metis_capi import part_graph
 from ..metis_method import fill_empty_parts
 from ..rebalance import rebalance
 from .layout import Level, RangeCSR
-
-BINS_PER_DOUBLING = 8      # weight classes of the sparsification threshold
-
-
-@dataclass(frozen=True)
-class Sparsifier:
-    """Keep entries of weight class above ``bin``, and of class ``bin`` those whose edge
-    hashes below ``share`` (by its two ends, so both directions agree)."""
-    bin: int
-    share: float
-    seed: int
-
-    def keep(self, u: np.ndarray, v: np.ndarray, wgt: np.ndarray) -> np.ndarray:
-        b = weight_bins(wgt)
-        coin = mix(self.seed, np.minimum(u, v), np.maximum(u, v)) >> np.uint64(11)
-        return (b > self.bin) | ((b == self.bin) & (coin < np.uint64(self.share * 2 ** 53)))
-
-
-def weight_bins(wgt: np.ndarray) -> np.ndarray:
-    return np.floor(np.log2(np.maximum(wgt, 1)) * BINS_PER_DOUBLING).astype(np.int64)
-
-
-def weight_histogram(task: tuple[Level, int]) -> np.ndarray:
-    """Entries of range ``r`` per weight class (holds one block of the range's CSR)."""
-    level, r = task
-    hist = np.zeros(1, dtype=np.int64)
-    for csr in level.read_csr_blocks(r):
-        h = np.bincount(weight_bins(csr.wgt))
-        hist = np.pad(hist, (0, max(0, len(h) - len(hist))))
-        hist[:len(h)] += h
-    return hist
-
-
-def sparsifier(histograms: list[np.ndarray], max_entries: int, seed: int) -> Sparsifier:
-    """The threshold keeping about ``max_entries`` of the heaviest entries."""
-    hist = np.zeros(max(len(h) for h in histograms), dtype=np.int64)
-    for h in histograms:
-        hist[:len(h)] += h
-    above = np.cumsum(hist[::-1])[::-1] - hist          # entries in heavier classes
-    b = int(np.flatnonzero(above < max_entries)[0])
-    return Sparsifier(b, min(1.0, (max_entries - above[b]) / max(hist[b], 1)), seed)
+from .sparsify import Sparsifier
 
 
 def _kept(csr: RangeCSR, sparse: Sparsifier | None) -> tuple[np.ndarray, ...]:
     """(degrees, adj, wgt) of a range, filtered by ``sparse``."""
     if sparse is None:
         return np.diff(csr.indptr), csr.adj, csr.wgt
-    rows = csr.rows()
-    keep = sparse.keep(csr.start + rows, csr.adj.astype(np.int64), csr.wgt)
-    return (np.bincount(rows[keep], minlength=csr.stop - csr.start), csr.adj[keep],
-            csr.wgt[keep])
+    rows, keep = sparse.kept(csr)
+    return np.bincount(rows, minlength=csr.stop - csr.start), csr.adj[keep], csr.wgt[keep]
 
 
 @dataclass(frozen=True)

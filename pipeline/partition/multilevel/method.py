@@ -21,11 +21,12 @@ from ..base import PartitionOptions, create_assignment_files, require_a_node_per
 from ..metis_method import OBJECTIVES, type_offsets
 from .budget import derive_budget, worker_memory_bytes
 from .coarsen import ISOLATED_SHARE, cluster, count_isolated
-from .coarsest import CoarsestTask, partition_coarsest, sparsifier, weight_histogram
+from .coarsest import CoarsestTask, partition_coarsest
 from .contract import contract
 from .layout import Level, write_rows
 from .jet import JetState, jet_refine
 from .refine import Refiner
+from .sparsify import KEEP_EDGES, level_sparsifier, sparsify_level
 from .symmetric import build_level0
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class MultilevelPartitioner:
     def __init__(self, range_size: int = 1 << 17, coarsen_rounds: int = 8,
                  refine_rounds: int = 12, min_moves: float = 0.001,
                  refinement: str = "jet", jet_loss: float = 0.25, jet_patience: int = 2,
-                 two_hop: bool = True):
+                 two_hop: bool = True, sparsify: bool = True):
         # "jet" (default): Jet rounds (jet.py), up to refine_rounds, ending after
         # jet_patience rounds without a 0.1% better balanced cut (2: at 10^7 edges rounds
         # after the second gain < 0.01%; 1 let a power-law graph's cut reach 1.10x METIS). "lp": positive-gain label propagation within the
@@ -85,6 +86,8 @@ class MultilevelPartitioner:
         # connection.
         self.refinement, self.jet_loss, self.jet_patience = refinement, jet_loss, jet_patience
         self.range_size, self.coarsen_rounds, self.two_hop = range_size, coarsen_rounds, two_hop
+        # sparsify: a coarse level keeps at most KEEP_EDGES of its fine level's edges
+        self.sparsify = sparsify
         self.refine_rounds, self.min_moves = refine_rounds, min_moves
         self.info: dict = {}
 
@@ -116,7 +119,7 @@ class MultilevelPartitioner:
                                getattr(options, "coarse_edges", None))
         log.info("multilevel: coarse-edge budget: %s", budget.how)
         entries = level.num_entries()
-        levels, sizes = [level], [(level.num_nodes, entries // 2)]
+        levels, sizes = [level], [(level.num_nodes, entries // 2, entries // 2)]
         many_isolated = sum(runner(count_isolated, [(level, r) for r in range(level.num_ranges)],
                                    "multilevel: isolated")) >= ISOLATED_SHARE * n
         while entries // 2 > budget.edges and len(levels) < MAX_LEVELS:
@@ -131,10 +134,20 @@ class MultilevelPartitioner:
                                           os.path.join(work, f"L{len(levels):02d}"), runner,
                                           min_range=max(1, range_size // MIN_RANGE_DIV))
             levels.append(level)
-            sizes.append((level.num_nodes, new_entries // 2))
-            log.info("multilevel: level %d: %d nodes, %d edges", len(levels) - 1,
-                     level.num_nodes, new_entries // 2)
             fine_nodes = levels[-2].num_nodes
+            contracted = new_entries
+            keep = max(int(KEEP_EDGES * entries), 2 * budget.edges)
+            if new_entries > keep and self.sparsify and level.num_nodes <= fine_nodes / 2:
+                # The clusters of a random-like graph share few edges: the level's nodes
+                # shrank but its edges hardly did. Its lightest edges go (KaMinPar's
+                # threshold sparsification); a level that did not shrink in nodes is left
+                # to the stall check.
+                new_entries = sparsify_level(level, keep, seed * 1000 + len(levels), runner)
+            sizes.append((level.num_nodes, new_entries // 2, contracted // 2))
+            log.info("multilevel: level %d: %d nodes, %d edges%s", len(levels) - 1,
+                     level.num_nodes, new_entries // 2,
+                     f" (sparsified from {contracted // 2})" if contracted != new_entries
+                     else "")
             stalled = (new_entries > STALL * entries and
                        level.num_nodes > STALL * fine_nodes)
             entries = new_entries
@@ -149,9 +162,7 @@ class MultilevelPartitioner:
         if entries // 2 > budget.edges:
             # Never more than the budget in one task: METIS gets the heaviest coarse edges
             # only, and the top level is refined on all of them below.
-            sparse = sparsifier(runner(weight_histogram, [(top, r) for r in
-                                                          range(top.num_ranges)],
-                                       "multilevel: sparsify"), 2 * budget.edges, seed)
+            sparse = level_sparsifier(top, 2 * budget.edges, seed, runner)
             log.warning("multilevel: coarsening stopped at %s nodes / %s edges, above the "
                         "budget of %s edges: METIS partitions its %s heaviest edges, and "
                         "refinement the whole level", f"{top.num_nodes:,}",
@@ -178,7 +189,9 @@ class MultilevelPartitioner:
         if (loads > caps[None, :]).any():
             log.warning("multilevel: the output stays over a balance cap (max load/cap %.4f): "
                         "nodes heavier than the room left", float((loads / caps).max()))
-        self.info = dict(info, levels=[{"nodes": n, "edges": m} for n, m in sizes],
+        self.info = dict(info, levels=[{"nodes": n, "edges": m,
+                                                **({"contracted_edges": c} if c != m else {})}
+                                               for n, m, c in sizes],
                          coarse_edge_budget=budget.edges, budget=budget.how,
                          sparsified=sparse is not None)
         return coarse_parts

@@ -198,13 +198,14 @@ def accept(task: RoundTask) -> tuple[int, list, list]:
             turned_away.append(away)
             moved += len(moves)
             np.add.at(inc, moves[:, 1] - start, moves[:, FIXED:])
-            bynode = moves[np.argsort(moves[:, 0], kind="stable")][:, :2]
+            bynode = moves[:, :2][np.argsort(moves[:, 0], kind="stable")]
             by_node.append(bynode, bynode[:, 0], _bounds(lv))
             del bynode
-            byold = moves[np.argsort(moves[:, 4], kind="stable")][
-                :, [4] + list(range(FIXED, FIXED + lv.ncon))]
+            byold = moves[:, [4] + list(range(FIXED, FIXED + lv.ncon))]
+            del moves
+            byold = byold[np.argsort(byold[:, 0], kind="stable")]
             by_old.append(byold, byold[:, 0], _bounds(lv))
-            del moves, byold
+            del byold
     turned_away = np.concatenate(turned_away) if turned_away else np.empty(0, np.int64)
     if len(turned_away):
         saturated = np.array(np.load(f.saturated(), mmap_mode="r")[start:stop])
@@ -218,16 +219,22 @@ def _accept_block(props: np.ndarray, cw: np.ndarray, caps: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
     """(accepted proposals, the distinct targets that turned any away) of a block holding
     every proposal into its targets: per target by gain (ties: hash, node) while the
-    target's weight + the running sum stays within the cap (a segmented cumsum)."""
-    props = props[np.lexsort((props[:, 0], props[:, 3], -props[:, 2], props[:, 1]))]
-    w = props[:, FIXED:]
-    first = np.ones(len(props), dtype=bool)
-    first[1:] = props[1:, 1] != props[:-1, 1]
-    running = np.cumsum(w, axis=0)
-    running -= (running - w)[first][np.cumsum(first) - 1]   # segmented cumsum per target
-    ok = ((np.asarray(cw[props[:, 1]]) + running <= caps) | (running == 0)).all(axis=1)
-    del running
-    return props[ok], np.unique(props[~ok, 1])
+    target's weight + the running sum stays within the cap (a segmented cumsum, one
+    constraint at a time: a hub's cluster may receive a million proposals at 10^9 edges,
+    and the block's sorted copy plus [rows, ncon] temporaries were most of the task's
+    peak)."""
+    order = np.lexsort((props[:, 0], props[:, 3], -props[:, 2], props[:, 1]))
+    target = props[order, 1]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = target[1:] != target[:-1]
+    group = np.cumsum(first) - 1
+    ok = np.ones(len(order), dtype=bool)
+    for c in range(props.shape[1] - FIXED):
+        w = props[order, FIXED + c]
+        running = np.cumsum(w)
+        running -= (running - w)[first][group]          # segmented cumsum per target
+        ok &= (np.asarray(cw[target, c]) + running <= caps[c]) | (running == 0)
+    return props[order[ok]], np.unique(target[~ok])
 
 
 def apply(task: RoundTask) -> None:

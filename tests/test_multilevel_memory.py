@@ -135,6 +135,33 @@ def test_key_blocks_cut_incoming_keys_by_row(tmp_path):
                                                                              for s in spans]
 
 
+def test_summed_spans_bound_a_row_no_block_can_split(tmp_path):
+    """One coarse row receiving most entries (the hubs' cluster at 10^9 edges): read and
+    summed ``limit`` entries at a time, the same sums as at once, at a fraction of the
+    memory."""
+    from pipeline.partition.multilevel.contract import summed_spans
+    rng = np.random.default_rng(6)
+    n, spans, tables = 1000, {"k": [], "w": []}, {"k": [], "w": []}
+    with open(tmp_path / "k.bin", "wb") as fk, open(tmp_path / "w.bin", "wb") as fw:
+        for _ in range(4):
+            keys = np.sort(450 * n + rng.integers(0, 300, 50_000))
+            wgt = rng.integers(1, 5, len(keys)).astype(np.int32)
+            bounds = np.array([0, n]) * n
+            for name, f, table, dtype in (("k", fk, keys, "int64"), ("w", fw, wgt, "int32")):
+                base, off = buckets.append_bucketed(f, table, keys, bounds)
+                spans[name].append(buckets.Span(f.name, int(off[0]), int(off[1]), dtype, base))
+                tables[name].append(table)
+    want = layout.sum_by_key(np.concatenate(tables["k"]),
+                             np.concatenate(tables["w"]).astype(np.int64))
+    (got, peak) = traced(summed_spans, tuple(spans["k"]), tuple(spans["w"]), 5_000)
+    (at_once, peak_at_once) = traced(summed_spans, tuple(spans["k"]), tuple(spans["w"]),
+                                     10**9)
+    for out in (got, at_once):
+        np.testing.assert_array_equal(out[0], want[0])
+        np.testing.assert_array_equal(out[1], want[1])
+    assert peak < peak_at_once / 10, (peak, peak_at_once)
+
+
 class Counted:
     """Counts the blocks of ``read_csr_blocks``, and the CSR writers and merges of more than
     one block, while patched in."""

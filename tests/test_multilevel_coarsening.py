@@ -171,9 +171,9 @@ def test_a_level_that_keeps_too_many_edges_is_sparsified(graphs, tmp_path, monke
     """A coarse level keeping more than KEEP_EDGES of its fine level's edges loses its
     lightest ones; the statistics say how many it had, and the cut stays that of the run
     without it."""
-    from pipeline.partition.multilevel import method as ml
+    from pipeline.partition.multilevel import sparsify
 
-    monkeypatch.setattr(ml, "KEEP_EDGES", 0.2)   # planted keeps 23% here
+    monkeypatch.setattr(sparsify, "KEEP_EDGES", 0.2)   # planted keeps 23% here
     sparse = MultilevelPartitioner(range_size=4096)
     parts = assign(sparse, graphs["planted"], options(4, coarse_edges=5_000), tmp_path / "s")
     levels = sparse.info["levels"]

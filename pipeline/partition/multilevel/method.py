@@ -26,7 +26,7 @@ from .contract import contract
 from .layout import Level, write_rows
 from .jet import JetState, jet_refine
 from .refine import Refiner
-from .sparsify import KEEP_EDGES, level_sparsifier, sparsify_level
+from .sparsify import level_sparsifier, thin_level
 from .symmetric import build_level0
 
 log = logging.getLogger(__name__)
@@ -136,13 +136,9 @@ class MultilevelPartitioner:
             levels.append(level)
             fine_nodes = levels[-2].num_nodes
             contracted = new_entries
-            keep = max(int(KEEP_EDGES * entries), 2 * budget.edges)
-            if new_entries > keep and self.sparsify and level.num_nodes <= fine_nodes / 2:
-                # The clusters of a random-like graph share few edges: the level's nodes
-                # shrank but its edges hardly did. Its lightest edges go (KaMinPar's
-                # threshold sparsification); a level that did not shrink in nodes is left
-                # to the stall check.
-                new_entries = sparsify_level(level, keep, seed * 1000 + len(levels), runner)
+            if self.sparsify:
+                new_entries = thin_level(level, fine_nodes, entries, new_entries,
+                                         2 * budget.edges, seed * 1000 + len(levels), runner)
             sizes.append((level.num_nodes, new_entries // 2, contracted // 2))
             log.info("multilevel: level %d: %d nodes, %d edges%s", len(levels) - 1,
                      level.num_nodes, new_entries // 2,

@@ -123,3 +123,15 @@ def sparsify_level(level: Level, max_entries: int, seed: int, runner) -> int:
                 os.remove(dst)
     os.rmdir(out)
     return int(sum(kept))
+
+
+def thin_level(level: Level, fine_nodes: int, fine_entries: int, entries: int, floor: int,
+               seed: int, runner) -> int:
+    """The entries a freshly contracted ``level`` keeps: at most ``KEEP_EDGES`` of its fine
+    level's, never below ``floor``, when its nodes at least halved (the clusters of a
+    random-like graph share few edges: the nodes shrink, the edges hardly do). A level that
+    did not halve its nodes is left as it is, to the stall check."""
+    keep = max(int(KEEP_EDGES * fine_entries), floor)
+    if entries <= keep or level.num_nodes > fine_nodes / 2:
+        return entries
+    return sparsify_level(level, keep, seed, runner)

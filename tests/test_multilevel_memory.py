@@ -277,3 +277,21 @@ def test_task_memory_is_bounded_by_the_block(homo, tmp_path, monkeypatch):
     assert len(outputs[one][6][0]) > 0 and outputs[one][5] > 0      # balance and refine move
     for task in ("range CSR", "contract", "jet", "jet apply", "refine", "balance"):
         assert peaks[task, small] < peaks[task, one] / 3, (task, peaks)
+
+
+def test_task_peaks_diagnostic_names_every_pass(homo, tmp_path):
+    """``examples/benchmarks/multilevel_task_peaks.py``, as a user runs it: the largest task
+    of each pass, contraction and coarsening among them, with a positive traced peak."""
+    import json
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(__file__), "..", "examples", "benchmarks",
+                          "multilevel_task_peaks.py")
+    out = subprocess.run([sys.executable, script, str(homo), "--parts", "2"], cwd=tmp_path,
+                         capture_output=True, text=True, check=True).stdout
+    r = json.loads(out)
+    peaks = r["largest_task_per_pass"]
+    assert {"multilevel: contract", "multilevel: coarsen propose"} <= set(peaks)
+    assert all(p["mb"] >= 0 and 0 <= p["task"] < p["tasks"] for p in peaks.values())
+    assert max(p["mb"] for p in peaks.values()) > 0 and r["levels"][0]["edges"] > 0
+    assert os.listdir(tmp_path) == []            # its scratch folder is removed

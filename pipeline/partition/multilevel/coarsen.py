@@ -12,12 +12,13 @@ per node range, every task writing only its own rows:
    range, in ``SUB_BUCKETS`` pieces of it.
 2. *accept*: per target range, a block of pieces at a time, proposals sorted by (target,
    gain desc, hash, node); each target takes them while its weight + the running sum stays
-   within the cap (a vectorized segmented cumsum). A cluster that turns a proposal away is marked *saturated* for the rest
-   of the level. Once a round of the level accepts fewer than half of its proposals, later
-   rounds propose elsewhere: deep in the hierarchy of a power-law graph a few dozen clusters
-   near the cap hold most of the weight and attract most proposals, and without the mark
-   whole rounds were spent queueing at them (at 10^8 edges coarsening stalled at 34k nodes,
-   0.8% of the nodes moving per round). Not before: elsewhere is a node's second-best cluster.
+   within the cap (a vectorized segmented cumsum). A cluster that turns a proposal away is
+   marked *saturated* for the rest of the level. Once a round of the level accepts fewer
+   than half of its proposals, later rounds propose elsewhere: deep in the hierarchy of a
+   power-law graph a few dozen clusters near the cap hold most of the weight and attract
+   most proposals, and without the mark whole rounds were spent queueing at them (at 10^8
+   edges coarsening stalled at 34k nodes, 0.8% of the nodes moving per round). Not before:
+   elsewhere is a node's second-best cluster.
 3. *apply*: labels and weights of the next round for the range.
 
 Then *two-hop* grouping (KaMinPar's): the nodes still alone are grouped by their favourite

@@ -273,7 +273,10 @@ class TaskRunner:
             self.client.cancel(futures)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            running = {k for ks in self.client.processing().values() for k in ks}
+            # Asked of the workers: the scheduler forgets a cancelled key at once, while the
+            # worker's thread runs it to its end (state 'cancelled', still executing).
+            per_worker = self.client.run(_running_keys, on_error="ignore")
+            running = {k for ks in per_worker.values() for k in ks}
             if not keys & running:
                 return
             time.sleep(0.05)
@@ -293,6 +296,12 @@ class TaskRunner:
     def peak_rss_per_worker(self) -> dict[str, int]:
         """Peak resident memory (bytes) of each worker process so far."""
         return self.client.run(peak_rss_bytes)
+
+
+def _running_keys(dask_worker) -> list:
+    """On a worker: the keys of the tasks occupying one of its threads, cancelled ones
+    included (they run to their end)."""
+    return [ts.key for ts in dask_worker.state.all_running_tasks]
 
 
 class _WorkerWatch:

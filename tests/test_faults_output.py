@@ -307,6 +307,32 @@ def test_unpinned_task_of_a_dead_worker_is_rerun(scheduler, tmp_path):
         assert TaskRunner(client, progress=False)(_die_once, [str(tmp_path / "m")]) == [7]
 
 
+def _fail_or_write_late(task: tuple[str, int]) -> int:
+    """Task: item 0 fails at once; the others write a file into the folder 2 s later."""
+    folder, i = task
+    if i == 0:
+        time.sleep(0.3)
+        raise ValueError("first task fails")
+    time.sleep(2)
+    open(os.path.join(folder, f"late-{i}"), "w").close()
+    return i
+
+
+def test_failed_step_returns_only_after_its_running_tasks_ended(scheduler, tmp_path):
+    """The caller removes the folder the tasks write into as soon as the runner raises: a
+    cancelled task still running would write into it afterwards (a stray ``.OUT.partial``)."""
+    from distributed import Client
+
+    from pipeline.cluster import TaskRunner
+    with Client(scheduler) as client:
+        with pytest.raises(ValueError, match="first task fails"):
+            TaskRunner(client, progress=False)(_fail_or_write_late,
+                                               [(str(tmp_path), i) for i in range(4)])
+        settled = sorted(os.listdir(tmp_path))
+        time.sleep(3)
+        assert sorted(os.listdir(tmp_path)) == settled
+
+
 # --- a full disk ----------------------------------------------------------------------------
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 On a synth graph of 10^7 edges (``--edges`` to change; ``--graph rmat``: Graph500's R-MAT of
 about that many edges, ``--scale``/``--edge-factor`` to fix it), for P = 2, 4, 8: time, worker peak
 RSS (exact: the kernel's high-water mark), worker peak anonymous memory and peak file-backed
-resident pages (memory-mapped files; both sampled from /proc/self/smaps_rollup at 20 Hz, so a
+resident pages (memory-mapped files; both sampled from /proc/self/status at 20 Hz, so a
 spike shorter than 50 ms can be missed) and edge cut of ``--method random``, ``--method metis``
 and ``--method multilevel`` (default budget: derived from memory; ``--coarse-edges`` to force
 one; its cut, time and peaks are also given as ratios to metis's, with the coarsening levels;
@@ -129,9 +129,9 @@ def run_ours(graph: str, out: str, method: str, p: int, coarse_edges: int | None
     multilevel balance node counts, edges and training nodes; before issue 30, node counts)."""
     balance = balance_constraints(balance, method)
     options = PartitionOptions(p, balance=balance, coarse_edges=coarse_edges)
-    # Timed without the sampler: reading smaps_rollup at 20 Hz walks every mapping of the
-    # worker, and slowed multilevel's memory-mapped passes by ~30% (R-MAT 10^7: 29.1 s
-    # sampled, 22-24 s not), more than metis's. Peak RSS is the kernel's, exact either way.
+    # Timed without the sampler: when it read smaps_rollup (a walk of every mapping) it
+    # slowed multilevel's memory-mapped passes by ~30%; it now reads /proc/self/status, but
+    # the timed run still has nothing beside it. Peak RSS is the kernel's, exact either way.
     with fresh_cluster() as (opts, client):
         with timer() as t:
             meta = run_partition(graph, out, method, options, opts, overwrite=True)

@@ -2,12 +2,13 @@
 
 Streaming: outputs are ``.npy`` files written front to back, one node range / one destination
 sub-range at a time; inputs are read by row range (no memory-mapping: mapped pages would count
-in the worker's memory). A task holds one range of node rows or one sub-range of
-edges (``range_size`` destination nodes' in-edges, gathered from every chunk's bucket), plus
-the part's halo list and, while finding it, one byte per node of the source type; never the
-part's, let alone the graph's, edges at once. The part is
-written into a temporary folder and renamed into place when complete, with ``part.json`` (its
-index and dispatch id); then its integrity manifest is computed from the files on this machine.
+in the worker's memory). A task holds one range of node rows or one sub-range of edges
+(``range_size`` destination nodes' in-edges, gathered from every chunk's bucket), plus the
+part's halo as bits with running counts (``halo.BitRank``: a quarter byte per node of the
+source type; one byte per node while finding it); never the part's, let alone the graph's,
+edges at once. The part is written into a temporary folder and renamed into place when
+complete, with ``part.json`` (its index and dispatch id); then its integrity manifest is
+computed from the files on this machine.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from formats.integrity import (PART_JSON, FileRecord, PartStamp, part_manifest,
 from formats.npyio import NpyWriter, npy_shape, read_rows
 from formats.output import save_npy
 from formats.sparse import CSR, csr_paths
+from .halo import BitRank, find_halo
 from .plan import DispatchPlan, atomic_folder
 
 
@@ -57,9 +59,9 @@ def build_part(task: PartTask) -> BuiltPart:
         with atomic_folder(task.target) as out:
             for t in g.node_types:
                 _write_nodes(plan, t, p, task.node_map[t][p], out)
-            halo = {t: _halo(plan, t, p, task.node_map) for t in g.node_types}
+            halo = {t: find_halo(plan, t, p, task.node_map) for t in g.node_types}
             for t, h in halo.items():
-                save_npy(os.path.join(out, "nodes", t, "halo_ids.npy"), h)
+                save_npy(os.path.join(out, "nodes", t, "halo_ids.npy"), h.ids())
             for et in g.edge_types:
                 _write_csc(plan, et, p, task.node_map, halo[et.src], out)
             write_part_json(out, PartStamp(p, g.graph_name, task.dispatch_id))
@@ -141,38 +143,14 @@ def _sub_ranges(plan: DispatchPlan, et: EdgeType, p: int):
         yield rows[:, order], order, buckets, slices
 
 
-def _halo(plan: DispatchPlan, t: str, p: int, node_map) -> np.ndarray:
-    """Sorted new IDs of the non-owned sources of part ``p``'s edges (all types from ``t``).
-    Holds one flag per node of type ``t`` and one block of bucket rows: collecting the
-    sources instead held the part's cross edges at once (2.1 GB at 10^9 R-MAT edges)."""
-    start, end = node_map[t][p]
-    seen = np.zeros(plan.graph.num_nodes[t], dtype=bool)
-    for et in plan.graph.edge_types:
-        if et.src == t:
-            for src in _bucket_sources(plan, et, p):
-                seen[src] = True
-    seen[start:end] = False
-    return np.flatnonzero(seen)
-
-
-def _bucket_sources(plan: DispatchPlan, et: EdgeType, p: int, rows: int = 1 << 20):
-    """Yield the new source IDs of part ``p``'s edges of ``et``, ``rows`` at a time, in no
-    particular order."""
-    for k in range(len(plan.graph.edge_chunks[et])):
-        path = os.path.join(plan.edge_bucket(et, k), f"p{p:05d}.npy")
-        count = npy_shape(path)[0][0]
-        for lo in range(0, count, rows):
-            yield read_rows(path, lo, lo + rows)[:, 1]
-
-
-def _write_csc(plan: DispatchPlan, et: EdgeType, p: int, node_map, halo: np.ndarray,
+def _write_csc(plan: DispatchPlan, et: EdgeType, p: int, node_map, halo: BitRank,
                out: str) -> int:
     d0, d1 = node_map[et.dst][p]
     s0, s1 = node_map[et.src][p]
     buckets = [plan.edge_bucket(et, k) for k in range(len(plan.graph.edge_chunks[et]))]
     m = sum(int(np.load(os.path.join(b, f"p{p:05d}.offsets.npy"))[-1]) for b in buckets)
     base = os.path.join(out, "edges", et.dirname)
-    dtype = np.int32 if (s1 - s0) + len(halo) < 2**31 else np.int64
+    dtype = np.int32 if (s1 - s0) + halo.count < 2**31 else np.int64
     indptr = NpyWriter(os.path.join(base, "indptr.npy"), (d1 - d0 + 1,), np.int64)
     indices = NpyWriter(os.path.join(base, "indices.npy"), (m,), dtype)
     orig_ids = NpyWriter(os.path.join(base, "orig_ids.npy"), (m,), np.int64)
@@ -188,8 +166,10 @@ def _write_csc(plan: DispatchPlan, et: EdgeType, p: int, node_map, halo: np.ndar
         sub_end = min(sub_start + plan.range_size, d1)
         counts = np.bincount(new_dst - sub_start, minlength=sub_end - sub_start)
         indptr.write(pos + np.cumsum(counts))
-        indices.write(np.where((new_src >= s0) & (new_src < s1), new_src - s0,
-                               (s1 - s0) + np.searchsorted(halo, new_src)))
+        local = new_src - s0
+        outside = (new_src < s0) | (new_src >= s1)
+        local[outside] = (s1 - s0) + halo.rank(new_src[outside])
+        indices.write(local)
         orig_ids.write(eids)
         for name, writer in feats.items():
             parts = [read_rows(os.path.join(b, f"p{p:05d}.{name}.npy"), sl.start, sl.stop)

@@ -162,15 +162,23 @@ def _block_proposals(task: RoundTask, csr: RangeCSR, labels: np.ndarray,
     self_conn = np.zeros(stop - start, dtype=np.int64)
     self_conn[row[mine]] = conn[mine]
     cand = np.flatnonzero(~mine & (conn > self_conn[row]))
-    caps = np.asarray(task.caps)
-    w = vw[row[cand]]
-    fits = ((np.asarray(cw[cl[cand]]) + w <= caps) | (w == 0)).all(axis=1)
-    if task.avoid_saturated:
-        fits &= np.asarray(np.load(f.saturated(), mmap_mode="r")[cl[cand]]) == 0
-    cand = cand[fits]
     row, cl, conn = row[cand], cl[cand], conn[cand]
     tie = mix(task.seed, f.round, 2, start + row, cl)
-    pick = best_per_row(row, conn, tie)              # candidates are sorted by (row, cl)
+    # The best candidate of each row that fits. Tried first on each row's best candidate
+    # alone: the room check gathers a cluster weight row per candidate from the O(nodes)
+    # mapped file, most of propose's time when done for every candidate (1.36 of 3.4 s).
+    fits = np.zeros(len(cand), dtype=bool)
+    best = best_per_row(row, conn, tie)              # candidates are sorted by (row, cl)
+    fits[best] = _room(task, vw, cw, row[best], cl[best])
+    retry = np.flatnonzero(~fits[best])
+    if len(retry):                                   # rows whose best is full: all the rest
+        full = np.zeros(stop - start, dtype=bool)
+        full[row[best[retry]]] = True
+        again = full[row]
+        again[best] = False
+        fits[again] = _room(task, vw, cw, row[again], cl[again])
+    row, cl, conn, tie = row[fits], cl[fits], conn[fits], tie[fits]
+    pick = best_per_row(row, conn, tie)
     tie = (tie[pick] >> np.uint64(1)).astype(np.int64)
     row, cl = row[pick], cl[pick]
     table = np.empty((len(pick), FIXED + lv.ncon), dtype=np.int64)
@@ -178,6 +186,17 @@ def _block_proposals(task: RoundTask, csr: RangeCSR, labels: np.ndarray,
     table[:, 2], table[:, 3] = conn[pick] - self_conn[row], tie
     table[:, 4], table[:, FIXED:] = own[row], vw[row]
     return table
+
+
+def _room(task: RoundTask, vw: np.ndarray, cw: np.ndarray, row: np.ndarray,
+          cl: np.ndarray) -> np.ndarray:
+    """Whether cluster ``cl`` (by the round's weights) has room for local row ``row`` in every
+    constraint (a weightless node fits anywhere), and is not saturated when avoided."""
+    w = vw[row]
+    fits = ((np.asarray(cw[cl]) + w <= np.asarray(task.caps)) | (w == 0)).all(axis=1)
+    if task.avoid_saturated:
+        fits &= np.asarray(np.load(task.files.saturated(), mmap_mode="r")[cl]) == 0
+    return fits
 
 
 def accept(task: RoundTask) -> tuple[int, list, list]:

@@ -55,7 +55,6 @@ MAPPED_PER_CONSTRAINT = 8       # ... per extra constraint: its cluster weights 
 CHUNK_EDGE = 60                 # a task holding one edge chunk: bytes per row
 PART_NODE = 30                  # dispatch build: bytes per owned node (IDs, halo, offsets)
 BUILD_BUFFERS = 40 * MB         # dispatch build: one destination sub-range's buffers
-HALO_FLAG = 1                   # dispatch build: a byte per node of the type, finding the halo
 
 
 @dataclass(frozen=True)
@@ -192,7 +191,10 @@ def estimate_dispatch(graph: ChunkedGraph, num_parts: int,
     widest = max(node_rows.values(), default=0)
     # A worker runs shuffle tasks, then build tasks: their high-water marks add up (the
     # allocator keeps the first's arenas), measured at 2x10^6, 10^7 and 10^8 edges.
-    build = BUILD_BUFFERS + part_nodes * PART_NODE + nodes * HALO_FLAG + range_size * widest
+    # The halo's flags (a byte per node of the type while found, then a quarter byte) are
+    # not added: PART_NODE still counts 8 B of halo list per owned node, which the build no
+    # longer holds, and that covers them up to 6 parts. To recalibrate on today's peaks.
+    build = BUILD_BUFFERS + part_nodes * PART_NODE + range_size * widest
     shuffle = chunk * CHUNK_EDGE
     output = edges * 14 + nodes * 16 + data_bytes + edge_data
     scratch = edges * 24 + nodes * 8 + edge_data

@@ -12,7 +12,7 @@ import pytest
 from formats import load_chunked_graph
 from pipeline.cluster import local_runner
 from pipeline.partition.base import PartitionOptions
-from pipeline.partition.multilevel import MultilevelPartitioner, buckets, layout
+from pipeline.partition.multilevel import MultilevelPartitioner, buckets, coarsen, layout
 from pipeline.partition.multilevel.contract import contract
 from pipeline.partition.multilevel.jet import jet_apply, jet_propose, new_jet_files
 from pipeline.partition.multilevel.layout import (CSRWriter, Level, cut_points, new_array,
@@ -162,13 +162,57 @@ def test_summed_spans_bound_a_row_no_block_can_split(tmp_path):
     assert peak < peak_at_once / 10, (peak, peak_at_once)
 
 
+def crowded_proposals(rng, n: int, ncon: int) -> np.ndarray:
+    """Proposals (``coarsen.FIXED`` columns, then ``ncon`` weights) into ``n`` clusters,
+    nine in ten into cluster 7 (a hub's), with ties in gain and some weights zero."""
+    rows = 60_000
+    target = np.where(rng.random(rows) < 0.9, 7, rng.integers(0, n, rows))
+    props = np.zeros((rows, coarsen.FIXED + ncon), dtype=np.int64)
+    props[:, 0] = rng.permutation(10 * rows)[:rows]               # nodes, distinct
+    props[:, 1] = target
+    props[:, 2] = rng.integers(0, 20, rows)                       # gain
+    props[:, 3] = rng.integers(0, 1 << 20, rows)                  # tie hash
+    props[:, 4] = rng.integers(0, 10 * rows, rows)                # old label
+    props[:, coarsen.FIXED:] = rng.integers(0, 4, (rows, ncon)) * (rng.random((rows, 1)) > .1)
+    return props
+
+
+@pytest.mark.parametrize("ncon", [1, 3])
+def test_crowded_cluster_is_decided_in_pieces_as_at_once(tmp_path, monkeypatch, ncon):
+    """One bucket holding a hub's cluster's proposals (more than ``INBOX_ROWS``) is read a
+    piece at a time and narrowed to its candidates: the same accepted moves in the same order
+    and the same clusters turning proposals away as deciding every row at once, at a
+    fraction of the memory."""
+    rng = np.random.default_rng(ncon)
+    n = 50
+    props = crowded_proposals(rng, n, ncon)
+    cw = rng.integers(0, 600, (n, ncon))
+    cw[3] = 10_000                                 # over the cap already: zero weights only
+    caps = np.full(ncon, 3000.0)
+    path = tmp_path / "p.bin"
+    props.tofile(path)
+    spans = tuple(buckets.Span(str(path), a, min(a + 7000, len(props)))
+                  for a in range(0, len(props), 7000))
+    want = coarsen._accept_block(props, cw, caps)
+    monkeypatch.setattr(coarsen, "INBOX_ROWS", 4096)
+    got, peak = traced(coarsen._accept_group, spans, props.shape[1], cw, caps)
+    monkeypatch.setattr(coarsen, "INBOX_ROWS", 1 << 30)
+    _, peak_at_once = traced(coarsen._accept_group, spans, props.shape[1], cw, caps)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    assert 7 in want[1] and 0 < (want[0][:, 1] == 7).sum() < (props[:, 1] == 7).sum() / 4
+    assert peak < peak_at_once / 3, (peak, peak_at_once)
+
+
 class Counted:
-    """Counts the blocks of ``read_csr_blocks``, and the CSR writers and merges of more than
-    one block, while patched in."""
+    """Counts the blocks of ``read_csr_blocks``, the CSR writers and merges of more than one
+    block, and the pieces of crowded inbox buckets (``coarsen._candidates``), while patched
+    in."""
 
     def __init__(self, monkeypatch):
-        self.reads = self.writers = self.merged = 0
+        self.reads = self.writers = self.merged = self.pieces = 0
         read, init, split = Level.read_csr_blocks, CSRWriter.__init__, buckets.key_blocks
+        candidates = coarsen._candidates
 
         def counting_read(level, r, max_entries=None):
             for csr in read(level, r, max_entries):
@@ -183,6 +227,10 @@ class Counted:
             out = split(*args)
             self.merged += len(out) > 1
             return out
+        def counting_candidates(*args):
+            self.pieces += 1
+            return candidates(*args)
+        monkeypatch.setattr(coarsen, "_candidates", counting_candidates)
         monkeypatch.setattr(Level, "read_csr_blocks", counting_read)
         monkeypatch.setattr(CSRWriter, "__init__", counting_init)
         for module in ("contract", "symmetric"):
@@ -206,9 +254,11 @@ def test_same_parts_for_any_block_size(homo, tmp_path, monkeypatch, refinement):
     assert len(ml.info["levels"]) >= 3
     count = Counted(monkeypatch)
     monkeypatch.setattr(layout, "BLOCK_ENTRIES", 5000)
+    monkeypatch.setattr(coarsen, "INBOX_ROWS", 64)
     blocked, _ = run(tmp_path / "blocked")
     ranges = -(-g.num_nodes["_N"] // 4096)
     assert count.reads > 20 * ranges and count.writers >= ranges and count.merged >= 2
+    assert count.pieces > 0
     np.testing.assert_array_equal(one, blocked)
     assert len(np.unique(one)) == 4
 

@@ -38,8 +38,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...arrayops import mix
-from .buckets import Span, TableFile, read_spans, span_groups, spans_into, table_spans, \
-    write_bucketed
+from .buckets import Span, TableFile, read_spans, span_groups, span_rows, spans_into, \
+    table_spans, write_bucketed
 from .layout import Level, RangeCSR, best_per_row, new_array, sum_by_key, write_rows
 
 log = logging.getLogger(__name__)
@@ -52,8 +52,8 @@ ISOLATED_SHARE = 1 / 16
 SATURATION_TRIGGER = 0.5   # a round accepting fewer than this share of its proposals
 FIXED = 5            # proposal columns before the weights: node, target, gain, tie, old label
 # Proposals (and two-hop rows) are bucketed by 1/SUB_BUCKETS of a target range, and the task of
-# a target range reads them at most INBOX_ROWS at a time (a bucket alone may be more: one
-# cluster's rows are decided together). Whole, the inbox of the range of R-MAT's hubs grew
+# a target range reads them at most INBOX_ROWS at a time (accept reads a bucket that alone is
+# more in pieces, keeping the rows that may be accepted; two-hop grouping reads it whole). Whole, the inbox of the range of R-MAT's hubs grew
 # with the graph: 20 / 37 / 77 MB of accept's peak at 10^7 / 10^8 / 2.7x10^8 edges, and the
 # ranges are 4x larger at 10^9.
 SUB_BUCKETS = 16
@@ -203,7 +203,8 @@ def accept(task: RoundTask) -> tuple[int, list, list]:
     """Accept proposals into the clusters of range ``s = task.r`` within the caps; writes the
     accepted moves by node range (``a#####.bin``) and by old-label range (``d#####.bin``),
     one table per block of the inbox, and the dense weight increases of the range. Holds one
-    block of the proposals into this range and a few arrays per node of it. Returns
+    block of the proposals into this range (at most ``INBOX_ROWS``, plus the rows kept of a
+    bucket that alone is more) and a few arrays per node of it. Returns
     (accepted moves, the ``a`` file's tables, the ``d`` file's tables)."""
     lv, s, f = task.level, task.r, task.files
     start, stop = lv.bounds(s)
@@ -213,8 +214,7 @@ def accept(task: RoundTask) -> tuple[int, list, list]:
     with TableFile(f.scratch(f"a{s:05d}.bin")) as by_node, \
             TableFile(f.scratch(f"d{s:05d}.bin")) as by_old:
         for spans in span_groups(task.inbox, INBOX_ROWS):
-            moves, away = _accept_block(read_spans(spans, FIXED + lv.ncon), cw,
-                                        np.asarray(task.caps))
+            moves, away = _accept_group(spans, FIXED + lv.ncon, cw, np.asarray(task.caps))
             turned_away.append(away)
             moved += len(moves)
             np.add.at(inc, moves[:, 1] - start, moves[:, FIXED:])
@@ -235,14 +235,31 @@ def accept(task: RoundTask) -> tuple[int, list, list]:
     return moved, by_node.tables, by_old.tables
 
 
-def _accept_block(props: np.ndarray, cw: np.ndarray, caps: np.ndarray
+def _accept_group(spans: tuple[Span, ...], cols: int, cw: np.ndarray, caps: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """(accepted proposals, the distinct targets that turned any away) of a block holding
-    every proposal into its targets: per target by gain (ties: hash, node) while the
-    target's weight + the running sum stays within the cap (a segmented cumsum, one
-    constraint at a time: a hub's cluster may receive a million proposals at 10^9 edges,
-    and the block's sorted copy plus [rows, ncon] temporaries were most of the task's
-    peak)."""
+    """``_accept_block`` of the proposals in ``spans``, read ``INBOX_ROWS`` at a time when
+    they are more (one bucket alone: the cluster of a hub, whose neighbours may all propose to
+    it in one round). The rows kept so far and the next piece are narrowed to those that
+    could be accepted (``_candidates``: a target keeps about as many rows as it has room
+    for), and the rows kept at the end are decided: the same moves, in the same order, as
+    deciding every row at once."""
+    if sum(s.stop - s.start for s in spans) <= INBOX_ROWS:
+        return _accept_block(read_spans(spans, cols), cw, caps)
+    kept = np.empty((0, cols), dtype=np.int64)
+    for piece in span_rows(spans, INBOX_ROWS):
+        kept = _candidates(np.concatenate([kept, read_spans(piece, cols)]), cw, caps)
+    return _accept_block(kept, cw, caps)
+
+
+def _accept_order(props: np.ndarray, cw: np.ndarray, caps: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(order, target, first, ok)`` of proposals: ``order`` sorts them by (target, gain
+    desc, hash, node), ``target`` and ``first`` (a target's first row) follow it, and ``ok``
+    says which fit their target: its weight + the running sum within the cap (a segmented
+    cumsum, one constraint at a time: a hub's cluster may receive a million proposals at
+    10^9 edges, and the block's sorted copy plus [rows, ncon] temporaries were most of the
+    task's peak). Weights are not negative, so each target's ``ok`` rows are a prefix of
+    its rows."""
     order = np.lexsort((props[:, 0], props[:, 3], -props[:, 2], props[:, 1]))
     target = props[order, 1]
     first = np.ones(len(order), dtype=bool)
@@ -254,7 +271,29 @@ def _accept_block(props: np.ndarray, cw: np.ndarray, caps: np.ndarray
         running = np.cumsum(w)
         running -= (running - w)[first][group]          # segmented cumsum per target
         ok &= (np.asarray(cw[target, c]) + running <= caps[c]) | (running == 0)
+    return order, target, first, ok
+
+
+def _accept_block(props: np.ndarray, cw: np.ndarray, caps: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(accepted proposals, the distinct targets that turned any away) of a block holding
+    every proposal into its targets: per target by gain (ties: hash, node) while the
+    target's weight + the running sum stays within the cap."""
+    order, target, _, ok = _accept_order(props, cw, caps)
     return props[order[ok]], np.unique(target[~ok])
+
+
+def _candidates(props: np.ndarray, cw: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    """The rows of some of the proposals into their targets that deciding all of them
+    together may accept, plus each target's first row that does not fit (sorted). A row's
+    running sum over all proposals is at least its sum over these, so a row that does not
+    fit here is never accepted; the first of them stays, so that the rows after it are
+    turned away again when all are decided together."""
+    order, _, first, ok = _accept_order(props, cw, caps)
+    keep = ok.copy()
+    keep[1:] |= ~ok[1:] & (ok[:-1] | first[1:])
+    keep[0] = True
+    return props[order[keep]]
 
 
 def apply(task: RoundTask) -> None:

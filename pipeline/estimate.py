@@ -53,8 +53,9 @@ COARSE_EDGE = 300               # multilevel: bytes per edge of the coarsest gra
 MAPPED_PER_NODE = 16            # multilevel: per-node mapped pages a range task touches
 MAPPED_PER_CONSTRAINT = 8       # ... per extra constraint: its cluster weights (read at random)
 CHUNK_EDGE = 60                 # a task holding one edge chunk: bytes per row
-PART_NODE = 30                  # dispatch build: bytes per owned node (IDs, halo, offsets)
-BUILD_BUFFERS = 40 * MB         # dispatch build: one destination sub-range's buffers
+PART_NODE = 6                   # dispatch build: bytes per owned node (IDs, halo flags)
+SUBRANGE_EDGE = 70              # dispatch build: bytes per edge into one destination sub-range
+BUILD_BUFFERS = 40 * MB         # dispatch build: one destination sub-range's other buffers
 
 
 @dataclass(frozen=True)
@@ -190,11 +191,14 @@ def estimate_dispatch(graph: ChunkedGraph, num_parts: int,
     part_nodes = nodes // max(num_parts, 1)
     widest = max(node_rows.values(), default=0)
     # A worker runs shuffle tasks, then build tasks: their high-water marks add up (the
-    # allocator keeps the first's arenas), measured at 2x10^6, 10^7 and 10^8 edges.
-    # The halo's flags (a byte per node of the type while found, then a quarter byte) are
-    # not added: PART_NODE still counts 8 B of halo list per owned node, which the build no
-    # longer holds, and that covers them up to 6 parts. To recalibrate on today's peaks.
-    build = BUILD_BUFFERS + part_nodes * PART_NODE + range_size * widest
+    # allocator keeps the first's arenas). A build holds one destination sub-range's edges
+    # and feature rows, and a few bytes per owned node. Refitted on 2026-11-27 (RESULTS.md,
+    # "--dry-run dispatch estimate refitted"): 277 / 395 / 1,041 MB measured at 2x10^6,
+    # 10^7 and 10^9 edges, after the halo became flags (the old 30 B per owned node
+    # overestimated 10^9 by 1.69x and a fixed buffer underestimated 10^7 by 0.77x).
+    sub_range = min(part_nodes, range_size)
+    build = (BUILD_BUFFERS + sub_range * edges // max(nodes, 1) * SUBRANGE_EDGE
+             + part_nodes * PART_NODE + range_size * widest)
     shuffle = chunk * CHUNK_EDGE
     output = edges * 14 + nodes * 16 + data_bytes + edge_data
     scratch = edges * 24 + nodes * 8 + edge_data

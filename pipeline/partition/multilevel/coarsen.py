@@ -53,9 +53,9 @@ SATURATION_TRIGGER = 0.5   # a round accepting fewer than this share of its prop
 FIXED = 5            # proposal columns before the weights: node, target, gain, tie, old label
 # Proposals (and two-hop rows) are bucketed by 1/SUB_BUCKETS of a target range, and the task of
 # a target range reads them at most INBOX_ROWS at a time (accept reads a bucket that alone is
-# more in pieces, keeping the rows that may be accepted; two-hop grouping reads it whole). Whole, the inbox of the range of R-MAT's hubs grew
-# with the graph: 20 / 37 / 77 MB of accept's peak at 10^7 / 10^8 / 2.7x10^8 edges, and the
-# ranges are 4x larger at 10^9.
+# more in pieces, keeping the rows that may be accepted; two-hop grouping reads it whole).
+# Whole, the inbox of the range of R-MAT's hubs grew with the graph: 20 / 37 / 77 MB of
+# accept's peak at 10^7 / 10^8 / 2.7x10^8 edges, and the ranges are 4x larger at 10^9.
 SUB_BUCKETS = 16
 INBOX_ROWS = 1 << 18
 

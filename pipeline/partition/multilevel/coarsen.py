@@ -239,16 +239,15 @@ def _accept_group(spans: tuple[Span, ...], cols: int, cw: np.ndarray, caps: np.n
                   ) -> tuple[np.ndarray, np.ndarray]:
     """``_accept_block`` of the proposals in ``spans``, read ``INBOX_ROWS`` at a time when
     they are more (one bucket alone: the cluster of a hub, whose neighbours may all propose to
-    it in one round). The rows kept so far and the next piece are narrowed to those that
-    could be accepted (``_candidates``: a target keeps about as many rows as it has room
-    for), and the rows kept at the end are decided: the same moves, in the same order, as
+    it in one round). Before the next piece is added, the rows so far are narrowed to those
+    that could be accepted (``_candidates``: a target keeps about as many rows as it has
+    room for), and the rows at the end are decided: the same moves, in the same order, as
     deciding every row at once."""
-    if sum(s.stop - s.start for s in spans) <= INBOX_ROWS:
-        return _accept_block(read_spans(spans, cols), cw, caps)
-    kept = np.empty((0, cols), dtype=np.int64)
-    for piece in span_rows(spans, INBOX_ROWS):
-        kept = _candidates(np.concatenate([kept, read_spans(piece, cols)]), cw, caps)
-    return _accept_block(kept, cw, caps)
+    pieces = list(span_rows(spans, INBOX_ROWS)) or [()]
+    rows = read_spans(pieces[0], cols)
+    for piece in pieces[1:]:
+        rows = np.concatenate([_candidates(rows, cw, caps), read_spans(piece, cols)])
+    return _accept_block(rows, cw, caps)
 
 
 def _accept_order(props: np.ndarray, cw: np.ndarray, caps: np.ndarray

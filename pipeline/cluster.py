@@ -188,6 +188,7 @@ class TaskRunner:
     """
 
     POLL_S = 1.0
+    SETTLE_S = 0.5      # after a cancel: how long no cancelled task may run before returning
 
     def __init__(self, client, progress: bool = True, lost_worker_timeout: float | None = None):
         import dask
@@ -272,12 +273,19 @@ class TaskRunner:
         except TypeError:   # distributed before 2024.2 takes no reason
             self.client.cancel(futures)
         deadline = time.monotonic() + timeout
+        quiet_since = None
         while time.monotonic() < deadline:
             # Asked of the workers: the scheduler forgets a cancelled key at once, while the
-            # worker's thread runs it to its end (state 'cancelled', still executing).
+            # worker's thread runs it to its end (state 'cancelled', still executing). Quiet
+            # for SETTLE_S, not once: a task the scheduler sent before the cancel may reach
+            # its worker, and start, after a poll found nothing running.
             per_worker = self.client.run(_running_keys, on_error="ignore")
-            running = {k for ks in per_worker.values() for k in ks}
-            if not keys & running:
+            now = time.monotonic()
+            if keys & {k for ks in per_worker.values() for k in ks}:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= self.SETTLE_S:
                 return
             time.sleep(0.05)
         log.warning("cancelled tasks still running after %g s", timeout)

@@ -81,7 +81,10 @@ def test_csr_writer_writes_the_bytes_of_write_csr(tmp_path, monkeypatch, weights
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
-def test_read_csr_blocks_are_the_range(tmp_path):
+@pytest.mark.parametrize("split_rows", [False, True])
+def test_read_csr_blocks_are_the_range(tmp_path, split_rows):
+    """Blocks tile the range within the limit, except a row over it: alone, or with
+    ``split_rows`` in pieces within the limit, all with the row's ``start``."""
     rng = np.random.default_rng(2)
     n, rows = 3000, 400
     row, col = random_entries(rng, rows, n, hub=100)
@@ -89,24 +92,106 @@ def test_read_csr_blocks_are_the_range(tmp_path):
     write_csr(lv, 0, row, col, rng.integers(1, 50, len(row)))
     whole = lv.read_csr(0)
     for limit in (1, 30, 10**9):
-        blocks = list(lv.read_csr_blocks(0, limit))
+        blocks = list(lv.read_csr_blocks(0, limit, split_rows))
         assert blocks[0].start == 0 and blocks[-1].stop == rows
-        assert all(a.stop == b.start for a, b in zip(blocks, blocks[1:]))
+        assert all(a.stop == b.start or a.start == b.start for a, b in zip(blocks, blocks[1:]))
         assert all(len(b.adj) + b.stop - b.start <= limit or b.stop - b.start == 1
                    for b in blocks)
+        assert all(len(b.adj) <= limit for b in blocks) == (split_rows or limit == 10**9)
+        hub = [b for b in blocks if b.start <= 100 < b.stop]
+        assert len(hub) == (-(-len(whole.adj[whole.rows() == 100]) // limit)
+                            if split_rows and limit < 10**9 else 1)
         assert len(blocks) > (1 if limit < 10**9 else 0)
-        np.testing.assert_array_equal(np.concatenate([np.diff(b.indptr) for b in blocks]),
-                                      np.diff(whole.indptr))
+        np.testing.assert_array_equal(
+            np.bincount(np.concatenate([b.rows() + b.start for b in blocks]), minlength=rows),
+            np.diff(whole.indptr))
         np.testing.assert_array_equal(np.concatenate([b.adj for b in blocks]), whole.adj)
         np.testing.assert_array_equal(np.concatenate([b.wgt for b in blocks]), whole.wgt)
         np.testing.assert_array_equal(np.concatenate([b.rows() + b.start for b in blocks]),
                                       whole.rows())
 
 
+@pytest.mark.parametrize("selected", [False, True])
+def test_a_row_in_pieces_has_the_connections_of_the_whole_row(tmp_path, selected):
+    """Refinement's ``connections`` with rows split in pieces (two hubs over the limit):
+    per node, the same (part, summed weight) pairs and own connection as whole."""
+    from pipeline.partition.multilevel.refine import connections
+    rng = np.random.default_rng(6)
+    n, rows, k = 3000, 400, 4
+    row, col = random_entries(rng, rows, n, hub=100)
+    hub2 = np.unique(rng.integers(0, n, 1200))
+    keys = np.unique(np.concatenate([row * n + col, 250 * n + hub2]))
+    lv = Level(str(tmp_path), n, rows, 1, 1)
+    write_csr(lv, 0, keys // n, keys % n, rng.integers(1, 50, len(keys)))
+    new_array(lv.path("vwgt.npy"), (n, 1))
+    parts = lv.path("parts.npy")
+    new_array(parts, (n,), part_dtype(k))
+    np.load(parts, mmap_mode="r+")[:] = rng.integers(0, k, n)
+    task = PartsTask(lv, 0, k, parts)
+    select = (lambda own, vw, start: (np.arange(len(own)) + start) % 3 != 0) if selected \
+        else None
+
+    def table(limit):
+        pairs, own = [], np.zeros(rows, dtype=np.int64)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(layout, "BLOCK_ENTRIES", limit)
+            blocks = list(connections(task, select))
+        for c in blocks:
+            pairs.append(np.stack([c.start + c.row, c.q, c.conn], axis=1))
+            own[c.start:c.start + len(c.self_conn)] = c.self_conn
+        return np.concatenate(pairs), own, len(blocks)
+
+    whole, own_whole, _ = table(10**9)
+    split, own_split, count = table(300)
+    assert len(list(lv.read_csr_blocks(0, 300, split_rows=True))) > count + 4 > 9
+    np.testing.assert_array_equal(split, whole)
+    np.testing.assert_array_equal(own_split, own_whole)
+    assert (whole[:, 0] == 100).sum() == k and own_whole[[100, 250]].all()
+
+
+def test_jet_apply_gains_a_row_in_pieces_as_whole(tmp_path, monkeypatch):
+    """A hub whose first pieces hold its neighbours at home and whose later ones hold those
+    in its target: moved by the gain of all its pieces, as when read whole."""
+    rng = np.random.default_rng(7)
+    n, k = 3000, 4
+    row, col = random_entries(rng, n, n, hub=100)
+    lv = Level(str(tmp_path), n, n, 1, 1)
+    write_csr(lv, 0, row, col, rng.integers(1, 50, len(row)))
+    new_array(lv.path("vwgt.npy"), (n, 1))
+    np.load(lv.path("vwgt.npy"), mmap_mode="r+")[:] = 1
+    parts = lv.path("parts.npy")
+    new_array(parts, (n,), part_dtype(k))
+    p = np.where(np.arange(n) < n // 3, 0, 1 + rng.integers(0, k - 1, n) // (k - 1))
+    p[100] = 0
+    np.load(parts, mmap_mode="r+")[:] = p
+    files = new_jet_files(lv, parts, k)
+    target = np.where(rng.random(n) < 0.1, (p + 1) % k, -1)
+    target[100] = 1
+    np.load(files.target, mmap_mode="r+")[:] = target
+    priority = rng.integers(0, 1 << 40, n)
+    priority[100] = 1 << 50                     # no neighbour moves ahead of the hub
+    np.load(files.priority, mmap_mode="r+")[:] = priority
+    task = PartsTask(lv, 0, k, parts, target=lv.path("next.npy"))
+
+    def apply(limit):
+        monkeypatch.setattr(layout, "BLOCK_ENTRIES", limit)
+        new_array(task.target, (n,), part_dtype(k))
+        loads, moved = jet_apply((task, files))
+        return loads.tolist(), moved, np.load(task.target)
+
+    whole, split = apply(10**9), apply(300)
+    assert len(list(lv.read_csr_blocks(0, 300, split_rows=True))) > \
+        len(list(lv.read_csr_blocks(0, 300))) + 2
+    assert whole[:2] == split[:2]
+    np.testing.assert_array_equal(whole[2], split[2])
+    assert whole[2][100] == 1
+
+
 def test_key_blocks_cut_incoming_keys_by_row(tmp_path):
     """Sorted key tables (three per file, as ``append_bucketed`` leaves them), skewed: most
-    keys in a few rows. Every block is within the limit unless it is one row, the blocks tile
-    the rows, and each span's rows of a block are exactly its keys of those rows."""
+    keys in a few rows, and row 450 alone over the limit. The blocks tile the keys, each
+    within the limit: between rows, except that row 450 is cut by column; each span's rows
+    of a block are exactly its keys in the block."""
     rng = np.random.default_rng(4)
     n, start, stop, limit = 1000, 200, 900, 500
     spans, tables = [], []
@@ -122,15 +207,18 @@ def test_key_blocks_cut_incoming_keys_by_row(tmp_path):
     spans = tuple(spans)
     blocks = buckets.key_blocks(spans, start, stop, n, limit)
     assert len(blocks) > 4
-    assert blocks[0][0] == start and blocks[-1][1] == stop
+    assert blocks[0][0] == start * n and blocks[-1][1] == stop * n
     assert all(x[1] == y[0] for x, y in zip(blocks, blocks[1:]))
+    hub = [(a, b) for a, b, _, _ in blocks if a < 451 * n and b > 450 * n]
+    assert len(hub) >= 2                                 # the row over the limit, cut
+    assert all(a % n == 0 or a // n == 450 for a, _, _, _ in blocks)
     for a, b, lo, hi in blocks:
         got = buckets.read_spans(buckets.sub_spans(spans, lo, hi))[:, 0]
-        want = np.concatenate([k[(k >= a * n) & (k < b * n)] for k in tables])
+        want = np.concatenate([k[(k >= a) & (k < b)] for k in tables])
         np.testing.assert_array_equal(np.sort(got), np.sort(want))
-        assert len(got) + b - a <= limit or b - a == 1, (a, b, len(got))
+        assert len(got) + b // n - a // n <= limit, (a, b, len(got))
     (one,) = buckets.key_blocks(spans, start, stop, n, 10**6)
-    assert one[:2] == (start, stop)
+    assert one[:2] == (start * n, stop * n)
     assert one[2].tolist() == [s.start for s in spans] and one[3].tolist() == [s.stop
                                                                              for s in spans]
 
@@ -210,13 +298,16 @@ class Counted:
     in."""
 
     def __init__(self, monkeypatch):
-        self.reads = self.writers = self.merged = self.pieces = 0
+        self.reads = self.writers = self.merged = self.pieces = self.row_pieces = 0
         read, init, split = Level.read_csr_blocks, CSRWriter.__init__, buckets.key_blocks
         candidates = coarsen._candidates
 
-        def counting_read(level, r, max_entries=None):
-            for csr in read(level, r, max_entries):
+        def counting_read(level, r, max_entries=None, split_rows=False):
+            last = None
+            for csr in read(level, r, max_entries, split_rows):
                 self.reads += 1
+                self.row_pieces += csr.start == last
+                last = csr.start
                 yield csr
 
         def counting_init(writer, level, r, blocks):
@@ -240,8 +331,9 @@ class Counted:
 
 @pytest.mark.parametrize("refinement", ["jet", "lp"])
 def test_same_parts_for_any_block_size(homo, tmp_path, monkeypatch, refinement):
-    """The same seed gives the same parts with blocks of 5000 entries (a dozen or more per
-    range, in every pass that reads or writes a CSR) as with one block per range."""
+    """The same seed gives the same parts with blocks of 1000 entries (a dozen or more per
+    range, in every pass that reads or writes a CSR, and the rows of hubs in pieces) as with
+    one block per range."""
     g = load_chunked_graph(str(homo))
     opts = PartitionOptions(4, 7, ("train", "edges"), "cut", 0.03, 10_000)
 
@@ -253,12 +345,12 @@ def test_same_parts_for_any_block_size(homo, tmp_path, monkeypatch, refinement):
     one, ml = run(tmp_path / "one")
     assert len(ml.info["levels"]) >= 3
     count = Counted(monkeypatch)
-    monkeypatch.setattr(layout, "BLOCK_ENTRIES", 5000)
+    monkeypatch.setattr(layout, "BLOCK_ENTRIES", 1000)
     monkeypatch.setattr(coarsen, "INBOX_ROWS", 64)
     blocked, _ = run(tmp_path / "blocked")
     ranges = -(-g.num_nodes["_N"] // 4096)
     assert count.reads > 20 * ranges and count.writers >= ranges and count.merged >= 2
-    assert count.pieces > 0
+    assert count.pieces > 0 and count.row_pieces > 0
     np.testing.assert_array_equal(one, blocked)
     assert len(np.unique(one)) == 4
 

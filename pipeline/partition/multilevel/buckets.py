@@ -23,7 +23,10 @@ from formats.output import writing
 
 from .layout import cut_points
 
-GRID = 16          # key_blocks: candidate cuts per block of rows, before refining
+GRID = 16          # key_blocks: candidate cuts per block, before refining
+# key_blocks: rounds of refining cells over the limit (each cuts a cell in 32 or more: a hub's
+# row among 10^5 others is a cell of its own after 4, and cut by column after 5)
+REFINE_ROUNDS = 8
 
 
 @dataclass(frozen=True)
@@ -177,40 +180,53 @@ def key_rows(spans: tuple[Span, ...], keys: np.ndarray, max_rows: int) -> np.nda
 
 def key_blocks(spans: tuple[Span, ...], start: int, stop: int, n: int, limit: int
                ) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
-    """Row blocks ``[a, b)`` of the rows ``start:stop`` whose entries come as keys
-    ``row * n + col`` in ``spans`` (each sorted), with at most about ``limit`` incoming rows
-    plus rows each: ``(a, b, lo, hi)``, where span ``i``'s rows of the block are
-    ``lo[i]:hi[i]`` (``sub_spans``). One block when all of them fit. Else cuts are chosen
-    among a grid of rows (``GRID`` per block), counted by one read of the spans
-    (``key_rows``) and refined, by reading their rows again, where a cell alone is over the
-    limit. Holds ``limit`` keys and ``len(spans)`` int64 per grid point."""
+    """Blocks ``[a, b)`` of the keys ``row * n + col`` of the rows ``start:stop``, whose
+    entries come in ``spans`` (each sorted), with at most about ``limit`` incoming entries
+    plus rows each: ``(a, b, lo, hi)``, where span ``i``'s entries of the block are
+    ``lo[i]:hi[i]`` (``sub_spans``). Blocks end between rows, except that a row whose
+    entries alone are over the limit is cut by column (a reader's blocks then hold pieces
+    of it, in order). One block when all of them fit. Else cuts are chosen among a grid of
+    keys (``GRID`` per block), counted by one read of the spans (``key_rows``) and refined,
+    by reading their entries again, where a cell alone is over the limit. Holds ``limit``
+    keys and ``len(spans)`` int64 per grid point."""
     lo = np.array([s.start for s in spans], dtype=np.int64)
     hi = np.array([s.stop for s in spans], dtype=np.int64)
     total = int((hi - lo).sum())
     if total + (stop - start) <= limit:
-        return [(start, stop, lo, hi)]
-    grid = np.unique(np.linspace(start, stop, min(stop - start, GRID * -(-total // limit)) + 1
-                                 ).astype(np.int64))
-    pos = key_rows(spans, grid * n, limit)
-    for _ in range(3):
-        cell = np.diff(pos.sum(axis=0)) + np.diff(grid)
+        return [(start * n, stop * n, lo, hi)]
+    grid = _grid_keys(start * n, stop * n, n, GRID * -(-total // limit))
+    pos = key_rows(spans, grid, limit)
+    for _ in range(REFINE_ROUNDS):
+        cell = np.diff(pos.sum(axis=0)) + np.diff(grid // n)
         big = np.flatnonzero((cell > limit) & (np.diff(grid) > 1))
         if len(big) == 0:
             break
         points, rows = [grid], [pos]
         for i in big:
-            inner = np.unique(np.linspace(grid[i], grid[i + 1], GRID * -(-int(cell[i]) // limit)
-                                          + 1).astype(np.int64))[1:-1]
+            inner = _grid_keys(int(grid[i]), int(grid[i + 1]), n,
+                               GRID * -(-int(cell[i]) // limit))[1:-1]
             cut = tuple(replace(s, start=int(a), stop=int(b))
                         for s, a, b in zip(spans, pos[:, i], pos[:, i + 1]))
             points.append(inner)
-            rows.append(key_rows(cut, inner * n, limit))
+            rows.append(key_rows(cut, inner, limit))
         grid = np.concatenate(points)
         order = np.argsort(grid, kind="stable")
         grid, pos = grid[order], np.concatenate(rows, axis=1)[:, order]
-    cuts = cut_points(pos.sum(axis=0) + grid, limit)
+    cuts = cut_points(pos.sum(axis=0) + grid // n, limit)
     return [(int(grid[i]), int(grid[j]), pos[:, i], pos[:, j])
             for i, j in zip(cuts[:-1], cuts[1:])]
+
+
+def _grid_keys(a: int, b: int, n: int, cells: int) -> np.ndarray:
+    """About ``cells + 1`` sorted distinct keys from ``a`` to ``b`` (both included), evenly
+    spread: on row boundaries (multiples of ``n``) where ``(a, b)`` holds any, else within
+    the row."""
+    first, last = -(-(a + 1) // n), (b - 1) // n            # rows starting inside (a, b)
+    if first <= last:
+        inner = np.linspace(first, last, min(last - first + 1, cells)).astype(np.int64) * n
+    else:
+        inner = np.linspace(a, b, min(b - a, cells) + 1).astype(np.int64)
+    return np.unique(np.concatenate([[a], inner, [b]]))
 
 
 def sub_spans(spans: tuple[Span, ...], lo: np.ndarray, hi: np.ndarray) -> tuple[Span, ...]:

@@ -34,13 +34,16 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, replace
+from itertools import chain
 
 import numpy as np
 
 from ...arrayops import mix
+from . import layout
 from .buckets import Span, TableFile, read_spans, span_groups, span_rows, spans_into, \
     table_spans, write_bucketed
-from .layout import Level, RangeCSR, best_per_row, new_array, sum_by_key, write_rows
+from .layout import Level, RangeCSR, best_per_row, new_array, sum_by_key, summed_pieces, \
+    whole_rows, write_rows
 
 log = logging.getLogger(__name__)
 
@@ -124,30 +127,44 @@ def propose(task: RoundTask) -> np.ndarray:
     the range's CSR (``Level.read_csr_blocks``) with a few arrays per entry, and the range's
     proposals (one row per node at most). Returns the offsets of each target bucket's
     proposals (``_target_bounds``)."""
-    return _write_by_target(task, _block_proposals)
+    return _write_by_target(task, _propose_connections, _proposals)
 
 
-def _write_by_target(task: RoundTask, block_rows) -> np.ndarray:
-    """``block_rows(task, csr, labels, cw)`` over the blocks of range ``r`` (rows whose column
-    1 is a target node), concatenated, sorted by target and written bucketed by
-    ``_target_bounds``."""
+def _write_by_target(task: RoundTask, connect, decide) -> np.ndarray:
+    """Rows whose column 1 is a target node, from the blocks of range ``r`` (a row split in
+    pieces summed piece by piece: ``whole_rows``): ``connect(task, csr, labels, cw)`` gives
+    a block's ``(local row, cluster, connection)`` sorted by (row, cluster), and ``decide(task,
+    start, stop, row, cluster, connection, labels, cw)`` its rows. Concatenated, sorted by
+    target and written bucketed by ``_target_bounds``."""
     lv, f = task.level, task.files
     labels = np.load(f.state("labels", False), mmap_mode="r")
     cw = np.load(f.state("cw", False), mmap_mode="r")
-    table = np.concatenate([block_rows(task, csr, labels, cw)
-                            for csr in lv.read_csr_blocks(task.r)])
+    tables = []
+    for blocks in whole_rows(lv.read_csr_blocks(task.r, split_rows=True)):
+        csr = next(blocks)
+        start, stop = csr.start, csr.stop
+        row, cl, conn = connect(task, csr, labels, cw)
+        del csr
+        pieces = (connect(task, piece, labels, cw)[1:] for piece in blocks)
+        second = next(pieces, None)
+        if second is not None:                     # the pieces of one row
+            cl, conn = summed_pieces(chain([(cl, conn), second], pieces),
+                                     layout.BLOCK_ENTRIES)
+            row = np.zeros(len(cl), dtype=np.int64)
+        tables.append(decide(task, start, stop, row, cl, conn, labels, cw))
+        del row, cl, conn
+    table = np.concatenate(tables)
     table = table[np.argsort(table[:, 1], kind="stable")]
     return write_bucketed(f.scratch(f"p{task.r:05d}.bin"), table, table[:, 1],
                           _target_bounds(lv))
 
 
-def _block_proposals(task: RoundTask, csr: RangeCSR, labels: np.ndarray,
-                     cw: np.ndarray) -> np.ndarray:
-    """The proposals of the rows of ``csr`` (a block of range ``r``), in row order."""
-    lv, f = task.level, task.files
-    start, stop = csr.start, csr.stop
-    own = np.asarray(labels[start:stop])
-    vw = np.asarray(lv.vwgt()[start:stop])
+def _propose_connections(task: RoundTask, csr: RangeCSR, labels: np.ndarray,
+                         cw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The connections of the rows of ``csr`` that propose may follow: to the row's own
+    cluster, and to clusters ranked above it."""
+    f = task.files
+    own = np.asarray(labels[csr.start:csr.stop])
     rows = csr.rows()
     lab = csr.adj.astype(np.int64) if f.round == 0 else np.asarray(labels[csr.adj])
     # A node may join a cluster ranked above its own (a seeded random order of the labels,
@@ -156,8 +173,16 @@ def _block_proposals(task: RoundTask, csr: RangeCSR, labels: np.ndarray,
     # nodes into movers and stayers opened a quarter: level 1 kept 60% of R-MAT's edges and
     # 75% of the planted graph's at 10^7, against 43% and 61% with this order.)
     up = mix(task.seed, f.round, 1, own)[rows] < mix(task.seed, f.round, 1, lab)
-    row, cl, conn = _connections(rows, lab, csr.wgt, up | (lab == own[rows]), lv.num_nodes,
-                                 distinct=f.round == 0)
+    return _connections(rows, lab, csr.wgt, up | (lab == own[rows]), task.level.num_nodes,
+                        distinct=f.round == 0)
+
+
+def _proposals(task: RoundTask, start: int, stop: int, row: np.ndarray, cl: np.ndarray,
+               conn: np.ndarray, labels: np.ndarray, cw: np.ndarray) -> np.ndarray:
+    """The proposals of rows ``start:stop`` from their connections, in row order."""
+    lv, f = task.level, task.files
+    own = np.asarray(labels[start:stop])
+    vw = np.asarray(lv.vwgt()[start:stop])
     mine = cl == own[row]
     self_conn = np.zeros(stop - start, dtype=np.int64)
     self_conn[row[mine]] = conn[mine]
@@ -316,24 +341,33 @@ def favourites(task: RoundTask) -> np.ndarray:
     ``t###.p#####.bin`` rows (node, favourite, weights), sorted by favourite. Holds one block
     of the range's CSR with a few arrays per entry of its singletons, and the range's rows.
     Returns the offsets of each favourite range's rows."""
-    return _write_by_target(task, _block_favourites)
+    return _write_by_target(task, _favourite_connections, _favourites)
 
 
-def _block_favourites(task: RoundTask, csr: RangeCSR, labels: np.ndarray,
-                      cw: np.ndarray) -> np.ndarray:
-    """(node, favourite, weights) of the singletons among the rows of ``csr``."""
-    lv, f = task.level, task.files
-    start, stop = csr.start, csr.stop
+def _singletons(task: RoundTask, start: int, stop: int, labels: np.ndarray,
+                cw: np.ndarray) -> np.ndarray:
+    """Which of nodes ``start:stop`` are alone in their cluster."""
+    c = task.level.count_cols
     own = np.asarray(labels[start:stop])
-    vw = np.asarray(lv.vwgt()[start:stop])
-    c = lv.count_cols
     alone = np.asarray(cw[start:stop, :c]).sum(axis=1)
-    single = (own == np.arange(start, stop)) & (alone == vw[:, :c].sum(axis=1))
+    vw = np.asarray(task.level.vwgt()[start:stop, :c])
+    return (own == np.arange(start, stop)) & (alone == vw.sum(axis=1))
+
+
+def _favourite_connections(task: RoundTask, csr: RangeCSR, labels: np.ndarray,
+                           cw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The connections of the singletons among the rows of ``csr``."""
     rows = csr.rows()
-    take = single[rows]
-    row, cl, conn = _connections(rows[take], np.asarray(labels[csr.adj[take]]),
-                                 csr.wgt[take], slice(None), lv.num_nodes)
-    pick = best_per_row(row, conn, mix(task.seed, f.round, 3, start + row, cl))
+    take = _singletons(task, csr.start, csr.stop, labels, cw)[rows]
+    return _connections(rows[take], np.asarray(labels[csr.adj[take]]), csr.wgt[take],
+                        slice(None), task.level.num_nodes)
+
+
+def _favourites(task: RoundTask, start: int, stop: int, row: np.ndarray, cl: np.ndarray,
+                conn: np.ndarray, labels: np.ndarray, cw: np.ndarray) -> np.ndarray:
+    """(node, favourite, weights) of the singletons among rows ``start:stop``."""
+    vw = np.asarray(task.level.vwgt()[start:stop])
+    pick = best_per_row(row, conn, mix(task.seed, task.files.round, 3, start + row, cl))
     return np.column_stack([start + row[pick], cl[pick], vw[row[pick]]])
 
 

@@ -8,8 +8,9 @@ range's edges to coarse endpoints (one gather from ``f2c``), drop self-loops, su
 weights and bucket them by coarse range; merge each coarse range's buckets into its CSR. A
 task holds one block of a range's CSR (``Level.read_csr_blocks``: its buckets are one table
 per block, appended to the range's files) or of a coarse range's incoming entries
-(``buckets.key_blocks``; a row no block can split is read and summed ``BLOCK_ENTRIES`` entries
-at a time, :func:`summed_spans`), and a few arrays per node of its range.
+(``buckets.key_blocks``, which cuts a row of more entries by column; what a block has is
+read and summed ``BLOCK_ENTRIES`` entries at a time, :func:`summed_spans`), and a few arrays
+per node of its range.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 from . import layout
 from .buckets import Span, append_bucketed, key_blocks, read_spans, span_rows, spans_into, \
     sub_spans
-from .layout import CSRWriter, Level, narrowest, new_array, sum_by_key, write_rows
+from .layout import CSRWriter, Level, narrowest, new_array, sum_by_key, summed_pieces, write_rows
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def bucket_edges(task: ContractTask) -> list[Buckets]:
     out = []
     with open(_bucket_path(fine, task.r, "keys"), "wb") as fk, \
             open(_bucket_path(fine, task.r, "wgt"), "wb") as fw:
-        for csr in fine.read_csr_blocks(task.r):
+        for csr in fine.read_csr_blocks(task.r, split_rows=True):
             keys, wgt = _coarse_entries(csr, f2c, nc)
             del csr
             keys, wgt = sum_by_key(keys, wgt)
@@ -145,23 +146,13 @@ def summed_spans(keys: tuple[Span, ...], wgts: tuple[Span, ...], limit: int
                  ) -> tuple[np.ndarray, np.ndarray]:
     """``sum_by_key`` of the entries of ``keys`` and ``wgts`` (parallel spans), read at most
     ``limit`` at a time and summed as they come. Holds ``limit`` entries and the distinct
-    keys summed so far (re-summed once they pass ``limit``). ``key_blocks`` cannot split a
-    row: at 10^9 R-MAT edges the coarse node of the hubs' cluster received ~50M unsummed
-    entries, and summing them at once was a 593 MB task (the worker peak: 945 MB)."""
-    done_k, done_w, held = [], [], 0
-    for kg, wg in zip(span_rows(keys, limit), span_rows(wgts, limit)):
-        k, w = sum_by_key(read_spans(kg)[:, 0], read_spans(wg)[:, 0])
-        done_k.append(k)
-        done_w.append(w)
-        held += len(k)
-        if held > limit and len(done_k) > 1:
-            k, w = sum_by_key(np.concatenate(done_k), np.concatenate(done_w))
-            done_k, done_w, held = [k], [w], len(k)
-    if len(done_k) == 1:
-        return done_k[0], done_w[0]
-    if not done_k:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    return sum_by_key(np.concatenate(done_k), np.concatenate(done_w))
+    keys summed so far (re-summed once they pass ``limit``). A block of ``key_blocks`` may
+    still be over its limit where its rounds found no cut: at 10^9 R-MAT edges the coarse
+    node of the hubs' cluster received ~50M unsummed entries, and summing them at once was
+    a 593 MB task (the worker peak: 945 MB)."""
+    return summed_pieces(((read_spans(kg)[:, 0], read_spans(wg)[:, 0])
+                          for kg, wg in zip(span_rows(keys, limit), span_rows(wgts, limit))),
+                         limit)
 
 
 def coarse_range_size(fine: Level, coarse_nodes: int, min_range: int) -> int:

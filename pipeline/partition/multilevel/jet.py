@@ -35,7 +35,7 @@ import numpy as np
 
 from ...arrayops import mix
 from .layout import (Level, RangeCSR, best_per_row, new_array, part_dtype, read_parts,
-                     sum_by_key, write_rows)
+                     sum_by_key, whole_rows, write_rows)
 from .refine import (GAIN_BITS, Connections, PartsTask, connections, merge_histograms,
                      part_loads, write_parts)
 
@@ -165,20 +165,27 @@ def accept_moves(keys: np.ndarray, weights: np.ndarray, loads: np.ndarray, caps:
 def jet_apply(args: tuple[PartsTask, JetFiles]) -> tuple[np.ndarray, int]:
     """Move range ``r``'s candidates (those ``jet_mark`` left) whose gain stays >= 0 after
     their higher-priority candidate neighbours' moves, except out of ``task.frozen`` parts;
-    returns (loads, moves). Block by block of the CSR: holds one block and the entries of
-    its movers."""
+    returns (loads, moves). Block by block of the CSR (a row split in pieces gains their
+    sum): holds one block and the entries of its movers."""
     task, files = args
     loads, moved = 0, 0
-    for csr in _mover_blocks(task, files):
-        block_loads, block_moved = _apply_block(task, files, csr)
-        loads, moved = loads + block_loads, moved + block_moved
+    for blocks in whole_rows(_mover_blocks(task, files)):
+        csr = next(blocks)
+        start = csr.start
+        own, vw, target, movers, gain = _mover_gains(task, files, csr)
         del csr
+        for piece in blocks:
+            gain = gain + _mover_gains(task, files, piece)[4]
+        keep = movers[gain >= 0]
+        block_loads, block_moved = write_parts(task, own, vw, keep, target[keep], start)
+        loads, moved = loads + block_loads, moved + block_moved
     return loads, moved
 
 
-def _apply_block(task: PartsTask, files: JetFiles, csr: RangeCSR) -> tuple[np.ndarray, int]:
-    """``jet_apply`` of the rows of ``csr``: writes their next parts; (loads, moves). Holds
-    a few arrays per entry of the block's movers."""
+def _mover_gains(task: PartsTask, files: JetFiles, csr: RangeCSR):
+    """``(own parts, vertex weights, targets, movers, gains)`` of the rows of ``csr``: the
+    movers' gains after their higher-priority neighbours' moves. Holds a few arrays per
+    entry of the block's movers."""
     start, stop = csr.start, csr.stop
     own = read_parts(task.parts, slice(start, stop))
     vw = np.asarray(task.level.vwgt()[start:stop])
@@ -187,7 +194,7 @@ def _apply_block(task: PartsTask, files: JetFiles, csr: RangeCSR) -> tuple[np.nd
         target[np.isin(own, np.asarray(task.frozen, dtype=np.int64))] = -1
     movers = np.flatnonzero(target >= 0)
     if len(movers) == 0:
-        return write_parts(task, own, vw, movers, movers, start)
+        return own, vw, target, movers, np.zeros(0)
     # Entries of the movers' rows, gathered without a Python loop; neighbours' parts stay in
     # the parts dtype (compared, never added): ~40 B per entry at the peak.
     counts = np.diff(csr.indptr)[movers]
@@ -209,8 +216,7 @@ def _apply_block(task: PartsTask, files: JetFiles, csr: RangeCSR) -> tuple[np.nd
     m = len(movers)
     gain = (np.bincount(local, weights=w * to_dest, minlength=m) -
             np.bincount(local, weights=w * to_home, minlength=m))
-    keep = movers[gain >= 0]
-    return write_parts(task, own, vw, keep, target[keep], start)
+    return own, vw, target, movers, gain
 
 
 def _mover_blocks(task: PartsTask, files: JetFiles):
@@ -223,7 +229,7 @@ def _mover_blocks(task: PartsTask, files: JetFiles):
     if not moving.any():
         return [RangeCSR(start, stop, np.zeros(stop - start + 1, dtype=np.int64),
                          np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))]
-    return task.level.read_csr_blocks(task.r)
+    return task.level.read_csr_blocks(task.r, split_rows=True)
 
 
 def new_jet_files(level: Level, parts: str, num_parts: int) -> JetFiles:

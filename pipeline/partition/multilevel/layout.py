@@ -18,8 +18,10 @@ by block as on the whole range.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import groupby
+from operator import attrgetter
 
 import numpy as np
 
@@ -60,30 +62,42 @@ class Level:
             np.ones(len(adj), dtype=np.int64)
         return RangeCSR(start, stop, np.load(self.csr_path(r, "indptr")), adj, wgt)
 
-    def read_csr_blocks(self, r: int, max_entries: int | None = None) -> Iterator[RangeCSR]:
+    def read_csr_blocks(self, r: int, max_entries: int | None = None,
+                        split_rows: bool = False) -> Iterator[RangeCSR]:
         """Range ``r``'s CSR as blocks of consecutive rows (``RangeCSR`` with the block's own
         ``start``/``stop``), of at most ``max_entries`` (default ``BLOCK_ENTRIES``) entries +
-        rows each; a row with more entries is a block of its own; at least one block, empty
-        for a range without rows. A block reads only its slices of the adj and weight files,
-        with one ``pread``-like call each (not memory-mapped: mapped pages would stay in the
-        worker's RSS until the range is done). Holds the range's indptr (8 B per node) and one
-        block (~12 B per entry: adj as stored, weights as int64)."""
+        rows each; at least one block, empty for a range without rows. A row with more
+        entries is a block of its own, or, with ``split_rows``, several *pieces* of at most
+        ``max_entries`` entries, blocks of that one row with the same ``start`` (a reader
+        that decides per row sums its pieces: ``whole_rows``). The coarse nodes of a
+        power-law graph's hub clusters have rows of millions of entries (4.1M at level 1 of
+        the planted 10^9 graph), and a task holding one whole held 2x a block's memory.
+        A block reads only its slices of the adj and weight files, with one ``pread``-like
+        call each (not memory-mapped: mapped pages would stay in the worker's RSS until the
+        range is done). Holds the range's indptr (8 B per node) and one block (~12 B per
+        entry: adj as stored, weights as int64)."""
         start, _ = self.bounds(r)
+        limit = max_entries or BLOCK_ENTRIES
         indptr = np.load(self.csr_path(r, "indptr"))
         adj_path, wgt_path = self.csr_path(r, "adj"), self.csr_path(r, "wgt")
         adj = _npy_data(adj_path)
         wgt = _npy_data(wgt_path) if os.path.exists(wgt_path) else None
         cost = np.arange(len(indptr))
         cost += indptr
-        cuts = cut_points(cost, max_entries or BLOCK_ENTRIES)
+        cuts = cut_points(cost, limit)
         del cost
         for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
             lo, hi = int(indptr[a]), int(indptr[b])
-            # built in the yield: this frame keeps no reference to the block's arrays
-            yield RangeCSR(start + a, start + b, indptr[a:b + 1] - lo,
-                           _read_slice(adj_path, adj, lo, hi),
-                           np.ones(hi - lo, dtype=np.int64) if wgt is None else
-                           _read_slice(wgt_path, wgt, lo, hi).astype(np.int64))
+            step = limit if split_rows and b == a + 1 else max(hi - lo, 1)
+            for p in range(lo, max(hi, lo + 1), step):
+                q = min(p + step, hi)
+                # built in the yield: this frame keeps no reference to the block's arrays
+                yield RangeCSR(start + a, start + b,
+                               indptr[a:b + 1] - lo if q - p == hi - lo else
+                               np.array([0, q - p], dtype=np.int64),
+                               _read_slice(adj_path, adj, p, q),
+                               np.ones(q - p, dtype=np.int64) if wgt is None else
+                               _read_slice(wgt_path, wgt, p, q).astype(np.int64))
 
     def vwgt(self, mode: str = "r") -> np.ndarray:
         return np.load(self.path("vwgt.npy"), mmap_mode=mode)
@@ -106,6 +120,13 @@ class RangeCSR:
     def rows(self) -> np.ndarray:
         """Local row of every entry."""
         return np.repeat(np.arange(self.stop - self.start), np.diff(self.indptr))
+
+
+def whole_rows(blocks: Iterable[RangeCSR]) -> Iterator[Iterator[RangeCSR]]:
+    """The blocks of ``read_csr_blocks(..., split_rows=True)`` grouped by whole rows: a
+    block alone, or the pieces of one split row; lazily, so that a reader summing a row's
+    pieces holds one at a time."""
+    return (group for _, group in groupby(blocks, key=attrgetter("start")))
 
 
 def write_csr(level: Level, r: int, rows_local: np.ndarray, adj: np.ndarray,
@@ -277,6 +298,29 @@ def sum_by_key(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.nda
     keys, values = keys[order], values[order]
     starts = _group_starts(keys)
     return keys[starts], np.add.reduceat(values, starts, axis=0)
+
+
+def summed_pieces(pieces: Iterable[tuple[np.ndarray, np.ndarray]], limit: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``sum_by_key`` of the ``(keys, values)`` pairs of ``pieces`` together, summed as they
+    come. Holds one piece and the distinct keys summed so far (re-summed once they pass
+    ``limit``)."""
+    done_k, done_w, held = [], [], 0
+    for k, w in pieces:
+        k, w = sum_by_key(k, w)
+        done_k.append(k)
+        done_w.append(w)
+        held += len(k)
+        del k, w
+        if held > limit and len(done_k) > 1:
+            k, w = sum_by_key(np.concatenate(done_k), np.concatenate(done_w))
+            done_k, done_w, held = [k], [w], len(k)
+            del k, w
+    if len(done_k) == 1:
+        return done_k[0], done_w[0]
+    if not done_k:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return sum_by_key(np.concatenate(done_k), np.concatenate(done_w))
 
 
 def _group_starts(sorted_keys: np.ndarray) -> np.ndarray:

@@ -37,7 +37,7 @@ from formats.output import save_npy
 
 from ...arrayops import mix
 from .layout import (Level, best_per_row, new_array, part_dtype, read_parts, sum_by_key,
-                     write_rows)
+                     whole_rows, write_rows)
 
 log = logging.getLogger(__name__)
 
@@ -102,16 +102,31 @@ class Connections:
 
 
 def connections(task: PartsTask, select=None) -> Iterator[Connections]:
-    """Range ``task.r``'s ``Connections``, one per block of its CSR (``read_csr_blocks``);
-    with ``select(own, vw, start) -> bool mask`` (``start``: the block's first node), for the
-    selected rows only (the others get no entries and 0 own connection). Holds one block of
-    the CSR and a few arrays per entry of it: a caller drops its block (``del``) before it
-    asks for the next."""
-    for csr in task.level.read_csr_blocks(task.r):
+    """Range ``task.r``'s ``Connections``, one per block of its CSR (``read_csr_blocks``; a
+    row split in pieces is summed piece by piece, into one); with ``select(own, vw, start)
+    -> bool mask`` (``start``: the block's first node), for the selected rows only (the
+    others get no entries and 0 own connection). Holds one block of the CSR and a few
+    arrays per entry of it: a caller drops its block (``del``) before it asks for the
+    next."""
+    for blocks in whole_rows(task.level.read_csr_blocks(task.r, split_rows=True)):
+        csr = next(blocks)
         c = _connections(task, csr, select)
         del csr
+        pieces = [_connections(task, piece, select) for piece in blocks]   # k rows each
+        if pieces:
+            c = _summed_row(c, pieces, task.num_parts)
         yield c
         del c
+
+
+def _summed_row(first: Connections, rest: list[Connections], k: int) -> Connections:
+    """The ``Connections`` of one row from those of its pieces."""
+    pieces = [first, *rest]
+    q = np.concatenate([c.q for c in pieces])
+    conn = np.bincount(q, weights=np.concatenate([c.conn for c in pieces]), minlength=k)
+    q = np.flatnonzero(conn)
+    return Connections(first.start, first.own, first.vw, np.zeros(len(q), dtype=np.int64), q,
+                       conn[q].astype(np.int64), sum(c.self_conn for c in pieces))
 
 
 def _connections(task: PartsTask, csr, select) -> Connections:

@@ -59,7 +59,7 @@ def weight_histogram(task: tuple[Level, int]) -> np.ndarray:
     """Entries of range ``r`` per weight class (holds one block of the range's CSR)."""
     level, r = task
     hist = np.zeros(1, dtype=np.int64)
-    for csr in level.read_csr_blocks(r):
+    for csr in level.read_csr_blocks(r, split_rows=True):
         h = np.bincount(weight_bins(csr.wgt))
         hist = np.pad(hist, (0, max(0, len(h) - len(hist))))
         hist[:len(h)] += h
@@ -97,7 +97,7 @@ def filter_range(task: FilterTask) -> int:
     lv, r = task.level, task.r
     start, _ = lv.bounds(r)
     writer = CSRWriter(replace(lv, folder=task.out), r, blocks=2)
-    for csr in lv.read_csr_blocks(r):
+    for csr in lv.read_csr_blocks(r, split_rows=True):
         rows, keep = task.sparse.kept(csr)
         writer.add(rows + (csr.start - start), csr.adj[keep], csr.wgt[keep])
     writer.close()

@@ -61,6 +61,7 @@ FIXED = 5            # proposal columns before the weights: node, target, gain, 
 # accept's peak at 10^7 / 10^8 / 2.7x10^8 edges, and the ranges are 4x larger at 10^9.
 SUB_BUCKETS = 16
 INBOX_ROWS = 1 << 18
+CANDIDATES = 1 << 18       # propose decides at most this many candidates at a time
 
 
 @dataclass(frozen=True)
@@ -179,30 +180,23 @@ def _propose_connections(task: RoundTask, csr: RangeCSR, labels: np.ndarray,
 
 def _proposals(task: RoundTask, start: int, stop: int, row: np.ndarray, cl: np.ndarray,
                conn: np.ndarray, labels: np.ndarray, cw: np.ndarray) -> np.ndarray:
-    """The proposals of rows ``start:stop`` from their connections, in row order."""
-    lv, f = task.level, task.files
+    """The proposals of rows ``start:stop`` from their connections, in row order. Each row's
+    best candidate that fits, decided ``CANDIDATES`` candidates at a time and then among the
+    winners of each row (the same pick: a tie goes to the first). Holds 8 B per candidate
+    besides the connections: a hub's coarse node has millions, and the room check gathers
+    a weight row for each (a 4.1M-entry row held 445 MB at level 1 of the planted 10^9
+    graph)."""
+    lv = task.level
     own = np.asarray(labels[start:stop])
     vw = np.asarray(lv.vwgt()[start:stop])
     mine = cl == own[row]
     self_conn = np.zeros(stop - start, dtype=np.int64)
     self_conn[row[mine]] = conn[mine]
     cand = np.flatnonzero(~mine & (conn > self_conn[row]))
-    row, cl, conn = row[cand], cl[cand], conn[cand]
-    tie = mix(task.seed, f.round, 2, start + row, cl)
-    # The best candidate of each row that fits. Tried first on each row's best candidate
-    # alone: the room check gathers a cluster weight row per candidate from the O(nodes)
-    # mapped file, most of propose's time when done for every candidate (1.36 of 3.4 s).
-    fits = np.zeros(len(cand), dtype=bool)
-    best = best_per_row(row, conn, tie)              # candidates are sorted by (row, cl)
-    fits[best] = _room(task, vw, cw, row[best], cl[best])
-    retry = np.flatnonzero(~fits[best])
-    if len(retry):                                   # rows whose best is full: all the rest
-        full = np.zeros(stop - start, dtype=bool)
-        full[row[best[retry]]] = True
-        again = full[row]
-        again[best] = False
-        fits[again] = _room(task, vw, cw, row[again], cl[again])
-    row, cl, conn, tie = row[fits], cl[fits], conn[fits], tie[fits]
+    del mine
+    won = [_best_fitting(task, start, stop, vw, cw, row[c], cl[c], conn[c])
+           for c in (cand[a:a + CANDIDATES] for a in range(0, max(len(cand), 1), CANDIDATES))]
+    row, cl, conn, tie = (np.concatenate(x) for x in zip(*won))
     pick = best_per_row(row, conn, tie)
     tie = (tie[pick] >> np.uint64(1)).astype(np.int64)
     row, cl = row[pick], cl[pick]
@@ -211,6 +205,30 @@ def _proposals(task: RoundTask, start: int, stop: int, row: np.ndarray, cl: np.n
     table[:, 2], table[:, 3] = conn[pick] - self_conn[row], tie
     table[:, 4], table[:, FIXED:] = own[row], vw[row]
     return table
+
+
+def _best_fitting(task: RoundTask, start: int, stop: int, vw: np.ndarray, cw: np.ndarray,
+                  row: np.ndarray, cl: np.ndarray, conn: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of these candidates (sorted by (row, cluster)), the one of largest connection
+    (then tie hash) whose cluster has room: ``(row, cluster, connection, tie hash)``."""
+    tie = mix(task.seed, task.files.round, 2, start + row, cl)
+    # Tried first on each row's best candidate alone: the room check gathers a cluster
+    # weight row per candidate from the O(nodes) mapped file, most of propose's time when
+    # done for every candidate (1.36 of 3.4 s).
+    fits = np.zeros(len(row), dtype=bool)
+    best = best_per_row(row, conn, tie)
+    fits[best] = _room(task, vw, cw, row[best], cl[best])
+    retry = np.flatnonzero(~fits[best])
+    if len(retry):                                   # rows whose best is full: all the rest
+        full = np.zeros(stop - start, dtype=bool)
+        full[row[best[retry]]] = True
+        again = full[row]
+        again[best] = False
+        fits[again] = _room(task, vw, cw, row[again], cl[again])
+    keep = np.flatnonzero(fits)
+    pick = keep[best_per_row(row[keep], conn[keep], tie[keep])]
+    return row[pick], cl[pick], conn[pick], tie[pick]
 
 
 def _room(task: RoundTask, vw: np.ndarray, cw: np.ndarray, row: np.ndarray,

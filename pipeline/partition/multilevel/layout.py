@@ -12,7 +12,9 @@ one block by block (``CSRWriter``), at most ``BLOCK_ENTRIES`` entries plus rows 
 ``method.MAX_RANGES`` ranges a range grows with the graph (~781k nodes, ~16M entries at 10^9
 edges), and a task holding whole ranges grew with it (worker peak 0.49 GB at 10^8 edges, 3.4 GB
 at 10^9). Rows of different blocks are disjoint, so per-row work gives the same result block
-by block as on the whole range.
+by block as on the whole range. A row over the limit comes in pieces to the passes that can
+take it so (``split_rows``); per-row work sums the pieces' connections before it decides
+(``whole_rows``, ``summed_pieces``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ import numpy as np
 # Entries plus rows of one block (``cut_points``): below the ~2.6M entries of a 2^17-node
 # range at 10^8 edges, so that a task holds no more at 10^9 edges than at 10^8.
 BLOCK_ENTRIES = 1 << 21
+# A row over the block limit comes in pieces of BLOCK_ENTRIES / PIECES entries: a reader holds
+# what it kept of the earlier pieces while it reads the next one.
+PIECES = 4
 
 
 @dataclass(frozen=True)
@@ -67,9 +72,9 @@ class Level:
         """Range ``r``'s CSR as blocks of consecutive rows (``RangeCSR`` with the block's own
         ``start``/``stop``), of at most ``max_entries`` (default ``BLOCK_ENTRIES``) entries +
         rows each; at least one block, empty for a range without rows. A row with more
-        entries is a block of its own, or, with ``split_rows``, several *pieces* of at most
-        ``max_entries`` entries, blocks of that one row with the same ``start`` (a reader
-        that decides per row sums its pieces: ``whole_rows``). The coarse nodes of a
+        entries is a block of its own, or, with ``split_rows``, several *pieces* of at
+        most ``max_entries / PIECES`` entries, blocks of that one row with the same
+        ``start`` (a reader that decides per row sums its pieces: ``whole_rows``). The coarse nodes of a
         power-law graph's hub clusters have rows of millions of entries (4.1M at level 1 of
         the planted 10^9 graph), and a task holding one whole held 2x a block's memory.
         A block reads only its slices of the adj and weight files, with one ``pread``-like
@@ -88,7 +93,7 @@ class Level:
         del cost
         for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
             lo, hi = int(indptr[a]), int(indptr[b])
-            step = limit if split_rows and b == a + 1 else max(hi - lo, 1)
+            step = max(limit // PIECES, 1) if split_rows and b == a + 1 else max(hi - lo, 1)
             for p in range(lo, max(hi, lo + 1), step):
                 q = min(p + step, hi)
                 # built in the yield: this frame keeps no reference to the block's arrays
@@ -304,15 +309,19 @@ def summed_pieces(pieces: Iterable[tuple[np.ndarray, np.ndarray]], limit: int
                   ) -> tuple[np.ndarray, np.ndarray]:
     """``sum_by_key`` of the ``(keys, values)`` pairs of ``pieces`` together, summed as they
     come. Holds one piece and the distinct keys summed so far (re-summed once they pass
-    ``limit``)."""
-    done_k, done_w, held = [], [], 0
+    ``limit``, unless every piece's keys are increasing and above the last piece's: the
+    pieces of a row of distinct neighbours, which are only concatenated)."""
+    done_k, done_w, held, ordered = [], [], 0, True
     for k, w in pieces:
-        k, w = sum_by_key(k, w)
+        if not _increasing(k):
+            k, w = sum_by_key(k, w)
+        if len(k) and done_k and held and k[0] <= _last(done_k):
+            ordered = False
         done_k.append(k)
         done_w.append(w)
         held += len(k)
         del k, w
-        if held > limit and len(done_k) > 1:
+        if held > limit and len(done_k) > 1 and not ordered:
             k, w = sum_by_key(np.concatenate(done_k), np.concatenate(done_w))
             done_k, done_w, held = [k], [w], len(k)
             del k, w
@@ -320,7 +329,18 @@ def summed_pieces(pieces: Iterable[tuple[np.ndarray, np.ndarray]], limit: int
         return done_k[0], done_w[0]
     if not done_k:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    return sum_by_key(np.concatenate(done_k), np.concatenate(done_w))
+    keys, values = np.concatenate(done_k), np.concatenate(done_w)
+    del done_k, done_w
+    return (keys, values) if ordered else sum_by_key(keys, values)
+
+
+def _increasing(keys: np.ndarray) -> bool:
+    return len(keys) < 2 or bool((keys[1:] > keys[:-1]).all())
+
+
+def _last(arrays: list[np.ndarray]) -> int:
+    """The last value of the last non-empty array."""
+    return next(int(a[-1]) for a in reversed(arrays) if len(a))
 
 
 def _group_starts(sorted_keys: np.ndarray) -> np.ndarray:

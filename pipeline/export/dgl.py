@@ -315,7 +315,6 @@ def write_part(task: tuple[DglLayout, int]) -> dict[str, int]:
     layout, p = task
     view = PartView(layout.graph, p)
     folder = os.path.join(layout.out, f"part{p}")
-    os.makedirs(folder, exist_ok=True)
     outer = read_outer(layout, p)
     nodes = local_nodes(layout, view, outer)
     src, dst, etype, orig_eids, edge_feats = [], [], [], {}, {}
@@ -399,7 +398,10 @@ def export_dgl(graph: PartitionedGraph, out: str, runner) -> dict:
     ``root/<graph_name>.json``."""
     require_dgl()
     layout = DglLayout(graph, out)
-    os.makedirs(layout.scratch, exist_ok=True)
+    # Folders are made here, never by a task (see export_pyg's PygLayout.folders).
+    for folder in [layout.scratch] + [os.path.join(out, f"part{p}")
+                                      for p in range(graph.num_parts)]:
+        os.makedirs(folder, exist_ok=True)
     parts = [(layout, p) for p in range(graph.num_parts)]
     runner(write_outer, parts, "export dgl outer edges")
     counts = runner(write_part, parts, "export dgl parts")

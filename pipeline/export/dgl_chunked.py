@@ -79,7 +79,6 @@ class EdgeChunkTask:
 
 def write_edge_csv(path: str, src: np.ndarray, dst: np.ndarray) -> None:
     """``src dst`` lines, no header, as DGL's CSV writer makes them (0 edges: a 0-byte file)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     with writing(path):
         if len(src) == 0:
             open(path, "wb").close()
@@ -126,7 +125,6 @@ def export_data_chunk(task: DataChunkTask) -> ChunkInfo:
     array = read_array_chunk(task.source, task.files)     # .npy: memory-mapped, header only
     if array.ndim == 0:
         raise FormatError("data chunk is a scalar, expected rows", file=task.source)
-    os.makedirs(os.path.dirname(task.target), exist_ok=True)
     if task.files.format == "numpy" and not is_url(task.source):
         with writing(task.target):
             shutil.copyfile(task.source, task.target)
@@ -196,6 +194,10 @@ def export_dgl_chunked(graph: ChunkedGraph, out: str, runner) -> dict:
     edge_files, edge_tasks = _edge_tasks(graph, out)
     fields = list(_data_tasks(graph, out))
     data_tasks = [task for _, _, tasks in fields for task in tasks]
+    # Folders are made here, never by a task: one still running after a failed export was
+    # cancelled and its output removed would make them again.
+    for folder in sorted({os.path.dirname(t.target) for t in edge_tasks + data_tasks}):
+        os.makedirs(folder, exist_ok=True)
     results = runner(_export_chunk, edge_tasks + data_tasks, "export dgl-chunked")
     infos = iter(results[len(edge_tasks):])
     node_data, edge_data = {}, {}

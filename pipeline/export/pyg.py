@@ -72,10 +72,26 @@ class PygLayout:
         return types[0] if len(types) == 1 else None
 
     def map_path(self, kind: str, name: str) -> str:
-        """``node_map.pt`` / ``edge_map.pt``, or ``<kind>_map/<type>.pt`` when heterogeneous."""
+        """``node_map.pt`` / ``edge_map.pt``, or ``<kind>_map/<type>.pt`` when heterogeneous;
+        ``label``: ``<graph>-label/label.pt``."""
+        if kind == "label":
+            return os.path.join(self.out, f"{self.graph.graph_name}-label", "label.pt")
         if not self.hetero:
             return os.path.join(self.root, f"{kind}_map.pt")
         return os.path.join(self.root, f"{kind}_map", f"{name}.pt")
+
+    def split_folder(self, split: str) -> str:
+        return os.path.join(self.out, f"{self.graph.graph_name}-{split}-partitions")
+
+    def folders(self) -> list[str]:
+        """Every folder the export's tasks write into. The client makes them and tasks never
+        do: a task still running after a failed export was cancelled and its output removed
+        would otherwise make it again."""
+        t = self.labelled_type()
+        fields = self.graph.node_feats.get(t, {}) if t else {}
+        return ([os.path.join(self.root, f"part_{p}") for p in range(self.graph.num_parts)] +
+                [self.split_folder(s) for s, mask in SPLITS.items() if mask in fields] +
+                sorted({os.path.dirname(x.path) for x in map_tasks(self)}))
 
 
 def _tensors(torch, arrays: dict[str, np.ndarray], names: dict[str, str]) -> dict:
@@ -95,7 +111,6 @@ def write_part(task: tuple[PygLayout, int]) -> dict[str, int]:
     layout, p = task
     g, view = layout.graph, PartView(layout.graph, p)
     folder = os.path.join(layout.root, f"part_{p}")
-    os.makedirs(folder, exist_ok=True)
     node_off, edge_off = layout.node_offset(), layout.edge_offset()
     graph, edge_feats, node_feats = {}, {}, {}
     for et in g.edge_types:
@@ -133,9 +148,8 @@ def _write_splits(layout: PygLayout, view: PartView, torch) -> None:
         if mask not in fields:
             continue
         ids = view.owned(t)[np.asarray(view.load("node_feats", t, f"{mask}.npy")).astype(bool)]
-        folder = os.path.join(layout.out, f"{layout.graph.graph_name}-{split}-partitions")
-        os.makedirs(folder, exist_ok=True)
-        torch.save(torch.from_numpy(ids), os.path.join(folder, f"partition{view.p}.pt"))
+        torch.save(torch.from_numpy(ids),
+                   os.path.join(layout.split_folder(split), f"partition{view.p}.pt"))
 
 
 @dataclass(frozen=True)
@@ -144,6 +158,11 @@ class MapTask:
     kind: str                  # "node", "edge" or "label"
     name: str                  # node type, or edge type as text
 
+    @property
+    def path(self) -> str:
+        name = EdgeType.parse(self.name).dirname if self.kind == "edge" else self.name
+        return self.layout.map_path(self.kind, name)
+
 
 def write_map(task: MapTask) -> None:
     """One per-ID file (part of every node/edge of a type, or labels by original ID): filled
@@ -151,15 +170,9 @@ def write_map(task: MapTask) -> None:
     torch = import_in_task("torch", TORCH_MISSING)
 
     layout, g = task.layout, task.layout.graph
-    if task.kind == "edge":
-        et = EdgeType.parse(task.name)
-        count, path = g.num_edges[et], layout.map_path("edge", et.dirname)
-    elif task.kind == "node":
-        count, path = g.num_nodes[task.name], layout.map_path("node", task.name)
-    else:
-        count = g.num_nodes[task.name]
-        path = os.path.join(layout.out, f"{g.graph_name}-label", "label.pt")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    count = g.num_edges[EdgeType.parse(task.name)] if task.kind == "edge" else \
+        g.num_nodes[task.name]
+    path = task.path
     scratch = path + ".scratch.npy"
     values = _map_values(layout, task, count, scratch)
     try:
@@ -212,7 +225,8 @@ def write_meta(layout: PygLayout) -> None:
 def export_pyg(graph: PartitionedGraph, out: str, runner) -> dict:
     """Write ``graph`` in PyG's layout under ``out`` (a fresh folder). Returns counts."""
     layout = PygLayout(graph, out)
-    os.makedirs(layout.root, exist_ok=True)
+    for folder in layout.folders():
+        os.makedirs(folder, exist_ok=True)
     counts = runner(write_part, [(layout, p) for p in range(graph.num_parts)], "export pyg parts")
     runner(write_map, map_tasks(layout), "export pyg maps")
     write_meta(layout)

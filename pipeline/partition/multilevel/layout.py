@@ -74,9 +74,10 @@ class Level:
         rows each; at least one block, empty for a range without rows. A row with more
         entries is a block of its own, or, with ``split_rows``, several *pieces* of at
         most ``max_entries / PIECES`` entries, blocks of that one row with the same
-        ``start`` (a reader that decides per row sums its pieces: ``whole_rows``). The coarse nodes of a
-        power-law graph's hub clusters have rows of millions of entries (4.1M at level 1 of
-        the planted 10^9 graph), and a task holding one whole held 2x a block's memory.
+        ``start`` (a reader that decides per row sums its pieces: ``whole_rows``). The
+        coarse nodes of a power-law graph's hub clusters have rows of millions of entries
+        (4.1M at level 1 of the planted 10^9 graph), and a propose task holding one whole
+        held 4.8x what a range without it needs (``multilevel_hub_row.py``).
         A block reads only its slices of the adj and weight files, with one ``pread``-like
         call each (not memory-mapped: mapped pages would stay in the worker's RSS until the
         range is done). Holds the range's indptr (8 B per node) and one block (~12 B per

@@ -112,7 +112,7 @@ def connections(task: PartsTask, select=None) -> Iterator[Connections]:
         csr = next(blocks)
         c = _connections(task, csr, select)
         del csr
-        pieces = [_connections(task, piece, select) for piece in blocks]   # k rows each
+        pieces = [_connections(task, piece, select) for piece in blocks]  # <= k entries each
         if pieces:
             c = _summed_row(c, pieces, task.num_parts)
         yield c

@@ -312,12 +312,13 @@ def summed_pieces(pieces: Iterable[tuple[np.ndarray, np.ndarray]], limit: int
     come. Holds one piece and the distinct keys summed so far (re-summed once they pass
     ``limit``, unless every piece's keys are increasing and above the last piece's: the
     pieces of a row of distinct neighbours, which are only concatenated)."""
-    done_k, done_w, held, ordered = [], [], 0, True
+    done_k, done_w, held, ordered, last = [], [], 0, True, None
     for k, w in pieces:
         if not _increasing(k):
             k, w = sum_by_key(k, w)
-        if len(k) and done_k and held and k[0] <= _last(done_k):
-            ordered = False
+        if len(k):
+            ordered &= last is None or k[0] > last
+            last = k[-1]
         done_k.append(k)
         done_w.append(w)
         held += len(k)
@@ -337,11 +338,6 @@ def summed_pieces(pieces: Iterable[tuple[np.ndarray, np.ndarray]], limit: int
 
 def _increasing(keys: np.ndarray) -> bool:
     return len(keys) < 2 or bool((keys[1:] > keys[:-1]).all())
-
-
-def _last(arrays: list[np.ndarray]) -> int:
-    """The last value of the last non-empty array."""
-    return next(int(a[-1]) for a in reversed(arrays) if len(a))
 
 
 def _group_starts(sorted_keys: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@ with a progress bar."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import time
@@ -106,14 +107,36 @@ def dask_client(options: ClusterOptions, worker_names: tuple[str, ...] = ()):
 # and free arrays of a chunk's size over and over: at 10^7 edges the multilevel partitioner
 # spent 27 s of its 73 s of CPU in the kernel with it, 9.6 s without (wall 42 s -> 31 s). Workers
 # of an embedded cluster run without it; see the README for workers you start yourself.
+WORKER_ENVIRON = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+
 # The adaptive threshold has its own cost: once a 32 MB array is freed, every array up to 32 MB
-# goes on the heap, whose freed holes stay resident. At 10^9 edges a worker held 428 MB of such
-# free heap after one task. A fixed 8 MB threshold keeps chunk-sized temporaries on the heap
-# (fast) and returns larger ones to the OS at free: at 10^8 edges the partition's worker peak
-# went from 350.7 to 302.0 MB for 5% more time, at 10^7 (+7%) it changed nothing.
+# goes on the heap, whose freed holes stay resident. At 10^9 edges a multilevel worker held
+# 428 MB of free heap after one task. A fixed 8 MB threshold keeps chunk-sized temporaries on
+# the heap and returns larger ones to the OS at free. Only the multilevel partitioner asks for
+# it (fix_mmap_threshold): on the planted 10^9 graph its worker peak went 641.5 -> 544.5 MB in
+# no more time, while synth (+34%) and verify (+42%), which fill chunk-sized arrays over and
+# over, slowed down under it.
 MMAP_THRESHOLD = 8 << 20
-WORKER_ENVIRON = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-                  "distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD}
+_M_MMAP_THRESHOLD = -3                    # glibc's mallopt parameter
+
+
+def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD) -> bool:
+    """Set glibc's mmap threshold of this process to ``nbytes`` (which also turns its adaptive
+    threshold off for the life of the process). Returns whether it was set: False where the C
+    library is not glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc.mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(nbytes)) == 1
+    except (OSError, AttributeError):
+        return False
+
+
+def on_every_worker(runner, fn: Callable) -> None:
+    """Run ``fn()`` once on every worker of ``runner``'s cluster (in-process runners: nowhere).
+    A worker that joins later does not run it."""
+    client = getattr(runner, "client", None)
+    if client is not None:
+        client.run(fn)
 
 
 # Under load a worker's last heartbeat can race the scheduler's close; Dask then logs a

@@ -491,3 +491,38 @@ def test_task_peaks_diagnostic_names_every_pass(homo, tmp_path):
     assert all(p["mb"] >= 0 and 0 <= p["task"] < p["tasks"] for p in peaks.values())
     assert max(p["mb"] for p in peaks.values()) > 0 and r["levels"][0]["edges"] > 0
     assert os.listdir(tmp_path) == []            # its scratch folder is removed
+
+
+def _freed_large_array_leaves_mb() -> float:
+    """RssAnon (MB) a 16 MB array still holds after it is freed, once a 24 MB array was freed
+    first (which, under glibc's adaptive threshold, moves arrays up to 24 MB onto the heap)."""
+    def anon_mb():
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("RssAnon")) / 1024
+
+    big = np.ones(3 << 20)                 # 24 MB
+    del big
+    before = anon_mb()
+    held = np.ones(2 << 20)                # 16 MB, touched
+    del held
+    return anon_mb() - before
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's RssAnon")
+def test_multilevel_workers_return_freed_large_arrays_to_the_os(homo, tmp_path):
+    """--method multilevel fixes its workers' mmap threshold (cluster.fix_mmap_threshold): an
+    array over it leaves nothing resident once freed, even after a larger one was freed, which
+    under glibc's adaptive threshold (the workers' start) keeps it on the heap."""
+    from distributed import Client
+
+    from pipeline.api import partition
+    from pipeline.cluster import MMAP_THRESHOLD, local_cluster
+
+    assert MMAP_THRESHOLD < 16 << 20
+    with local_cluster(1) as cluster, Client(cluster) as client:
+        before = client.run(_freed_large_array_leaves_mb)
+        partition(str(homo), str(tmp_path / "a"), num_parts=2, method="multilevel",
+                  client=client)
+        after = client.run(_freed_large_array_leaves_mb)
+    assert all(mb > 10 for mb in before.values()), before
+    assert all(mb < 4 for mb in after.values()), after

@@ -58,9 +58,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("graph", help="a chunked graph folder")
     ap.add_argument("--parts", type=int, default=4)
+    ap.add_argument("--range-size", type=int, default=None,
+                    help="nodes per level-0 range (default: the partitioner's, 2^17 up to "
+                         "128 ranges); 781250 gives a 10^8-edge graph the ranges of 10^9's")
     args = ap.parse_args()
     graph = load_chunked_graph(args.graph)
-    runner, partitioner = PeakRunner(), MultilevelPartitioner()
+    runner = PeakRunner()
+    partitioner = MultilevelPartitioner(**({"range_size": args.range_size}
+                                           if args.range_size else {}))
     options = PartitionOptions(args.parts, balance=default_balance(graph, "multilevel"))
     tracemalloc.start()
     with tempfile.TemporaryDirectory(dir=os.getcwd()) as out:
@@ -68,7 +73,8 @@ def main():
         partitioner.assign(graph, options, runner, out)
         seconds = time.perf_counter() - start
     tracemalloc.stop()
-    print(json.dumps({"graph": args.graph, "parts": args.parts, "seconds": round(seconds, 1),
+    print(json.dumps({"graph": args.graph, "parts": args.parts, "range_size": args.range_size,
+                      "seconds": round(seconds, 1),
                       "levels": partitioner.info["levels"],
                       "largest_task_per_pass": dict(sorted(runner.peaks.items(),
                                                            key=lambda kv: -kv[1]["mb"]))},

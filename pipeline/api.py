@@ -166,26 +166,39 @@ def _graph_result(out: str, graph, **extra) -> GraphResult:
 
 def balance_constraints(balance: str | tuple[str, ...] | None, method: str
                         ) -> tuple[str, ...] | None:
-    """``--balance`` (comma-separated, or a tuple) as a tuple of known constraint names for
-    ``method``; None (not given) stays None: the method's default, resolved against the graph
-    by the partition step (``ntypes,edges`` plus ``train`` where there are training nodes for
-    metis, multilevel, kaminpar and auto; none for random). Raises ``FormatError`` naming the
-    option for an unknown name, or any constraint with ``random``."""
+    """``--balance`` (comma-separated, or a tuple) as a tuple of constraints for ``method``,
+    each a known key or keys joined by ``+`` (one combined weight, ``partition/weights.py``),
+    keys in ``BALANCE_KEYS`` order within a constraint; None (not given) stays None: the
+    method's default, resolved against the graph by the partition step (``ntypes,edges`` plus
+    ``train`` where there are training nodes for metis, multilevel, kaminpar and auto; none
+    for random). Raises ``FormatError`` naming the option for an unknown key, a key named
+    twice, or any constraint with ``random``."""
     from .partition.base import BALANCE_KEYS
 
     if balance is None:
         return None
-    balance = tuple(balance.split(",") if isinstance(balance, str) else balance)
-    balance = tuple(k for k in balance if k)
-    unknown = [k for k in balance if k not in BALANCE_KEYS]
-    if unknown:
-        raise FormatError(f"{unknown[0]!r} is not a balance constraint (choose from "
-                          f"{', '.join(BALANCE_KEYS)})", field="--balance")
-    if balance and method == "random":
+    items = balance.split(",") if isinstance(balance, str) else balance
+    constraints, seen = [], set()
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        keys = [k.strip() for k in item.split("+")]
+        unknown = [k for k in keys if k not in BALANCE_KEYS]
+        if unknown:
+            raise FormatError(f"{unknown[0]!r} is not a balance constraint (choose from "
+                              f"{', '.join(BALANCE_KEYS)}, or join them with '+' into one "
+                              "combined weight)", field="--balance")
+        twice = sorted(seen.intersection(keys)) or sorted(k for k in keys if keys.count(k) > 1)
+        if twice:
+            raise FormatError(f"{twice[0]!r} is named twice in {','.join(items)!r}: a key "
+                              "belongs to one constraint", field="--balance")
+        seen.update(keys)
+        constraints.append("+".join(k for k in BALANCE_KEYS if k in keys))
+    if constraints and method == "random":
         raise FormatError("balance constraints apply to --method metis, multilevel and "
                           "kaminpar (random is exactly balanced per node type)",
                           field="--balance")
-    return balance
+    return tuple(constraints)
 
 
 def partition(chunked: str, out: str, *, num_parts: int, method: str = "random",

@@ -281,7 +281,7 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
               help="multilevel: coarsen until at most EDGES edges are left. Default: derived "
                    "from memory (a quarter of what --method metis would need, at most 10^6 so "
                    "the worker peak stays flat, within half the worker memory limit); logged.")
-@click.option("--balance", default=None, metavar="ntypes,train,edges",
+@click.option("--balance", default=None, metavar="ntypes,train,edges|ntypes+edges",
               help="metis/multilevel/kaminpar/auto: what each part gets an even share of, "
                    "within --imbalance (METIS multi-constraint vertex weights). ntypes: nodes (of "
                    "each type); edges: edges (a part keeps every edge with its destination, "
@@ -290,7 +290,11 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
                    "part's work in sampling and training is its edges and its training "
                    "seeds, not its node count: on a power-law graph, nodes alone leave one "
                    "part most of the edges. --balance ntypes balances nodes only (the "
-                   "default before). random takes none: it deals out nodes evenly.")
+                   "default before). Keys joined by '+' are one combined weight, each "
+                   "node's share of each key's total summed (ntypes+edges: the one weight "
+                   "KaMinPar balances): a part may hold more of one key where it holds less "
+                   "of another, for a lower cut (R-MAT: ~10% fewer cut edges than "
+                   "ntypes,edges). random takes none: it deals out nodes evenly.")
 @click.option("--objective", type=click.Choice(["cut", "vol"]), default="cut",
               help="METIS objective: edge cut or communication volume.")
 @click.option("--imbalance", type=FiniteFloat(0.001, 1.0), default=0.03,

@@ -39,14 +39,22 @@ def _remedy(key: str, over: list[str], method: str | None,
             balance: tuple[str, ...] | None) -> str:
     """What fixes ``key``'s imbalance (``over``: every key over the threshold)."""
     if method in ("metis", "multilevel", "kaminpar") and balance is not None:
+        combined = next((c for c in balance if key in c.split("+") and "+" in c), None)
+        if combined:
+            apart = ",".join(k for c in balance for k in c.split("+"))
+            return (f"--balance {','.join(balance)} balances {key} only within the combined "
+                    f"weight {combined}; partition with --balance {apart} to balance each "
+                    "on its own")
         if key in balance and key == "edges":
             return ("--balance edges could not be met: a node is never split, and a hub "
                     "whose in-edges exceed a part's share stays whole; use fewer parts")
         if key in balance:
             return (f"--balance {key} could not be met together with the other constraints; "
                     "try a larger --imbalance or fewer constraints")
-        wanted = ",".join(k for k in ("ntypes", "train", "edges")
-                          if k in balance or k == "ntypes" or k in over)
+        combined = [c for c in balance if "+" in c]
+        inside = {k for c in combined for k in c.split("+")}
+        wanted = ",".join(combined + [k for k in ("ntypes", "train", "edges") if k not in inside
+                                      and (k in balance or k == "ntypes" or k in over)])
         return (f"partition with --balance {wanted} (metis, multilevel and auto balance "
                 "edges and training nodes by default)")
     lead = "--method random balances node counts only: " if method == "random" else ""

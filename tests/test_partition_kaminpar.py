@@ -19,7 +19,7 @@ from conftest import edges_of, run_prep
 from test_balance_defaults import IMBALANCE, cut_ratio, measured
 
 from formats import load_chunked_graph
-from pipeline.partition.kaminpar_method import combined_weight
+from pipeline.partition.weights import combined_weight
 from pipeline.partition.parhip import mapped_adjacency, parhip_bytes, write_parhip
 
 

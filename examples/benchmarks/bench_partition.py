@@ -19,12 +19,15 @@ KaMinPar (issue 32; ``pip install kaminpar``, a dependency of graphprep) in the 
 ``kaminpar``, the peer: a fresh single process reads the same Parquet chunks, builds the same
 symmetric deduplicated CSR as the pymetis baseline, gives KaMinPar (default context, 2 threads,
 seed 0, 3% imbalance) ONE combined vertex weight, node count + in-degree (each over its total,
-summed: ``kaminpar_method.combined_weight``; the in-degree counts every input edge row, as the
+summed: ``weights.combined_weight``; the in-degree counts every input edge row, as the
 statistics' edges per part do), with no rebalance; its seconds with and without the CSR build,
 peak RSS, edge cut (input edge rows cut, as the statistics count it: ``metis_method.edge_cut``)
 and node and edge imbalance (max/mean) are given. ``prep_kaminpar``: ``--method kaminpar``
 (the same combined weight from the ``--balance`` constraints, one thread, then the rebalance
-pass), measured as metis is, with its figures as ratios to metis's.
+pass), measured as metis is, with its figures as ratios to metis's. ``--balance ntypes+edges``
+gives metis, multilevel and ``--method kaminpar`` that same one combined weight (the peer's
+on a homogeneous graph), so that their cuts compare under one constraint; each row then gives
+the combined weight's imbalance (``imbalance_ntypes+edges``).
 Each measurement uses fresh processes, so peak RSS is that run's own. Metis is skipped (with
 the reason) where ``--method auto`` would not pick it: its estimated peak does not fit (and
 ``prep_kaminpar`` where its own estimate, ``estimate.kaminpar_peak_bytes``, does not).
@@ -92,7 +95,7 @@ in_degree = np.bincount(dst, minlength=n)     # every input edge row, as the sta
 """ + CSR + """
 import kaminpar
 from formats import load_chunked_graph
-from pipeline.partition.kaminpar_method import combined_weight
+from pipeline.partition.weights import combined_weight
 from pipeline.partition.metis_method import edge_cut
 from pipeline.partition.parhip import write_parhip
 csr_s = time.perf_counter() - t
@@ -150,6 +153,8 @@ def run_ours(graph: str, out: str, method: str, p: int, coarse_edges: int | None
            "imbalance_edges": s["imbalance"]["edges"], "imbalance_train":
            s["imbalance"].get("train"), "balance": meta.options["balance"],
            "warnings": s["warnings"]}
+    # a combined constraint (--balance ntypes+edges): the imbalance of its summed shares
+    row.update({f"imbalance_{c}": s["imbalance"][c] for c in meta.options["balance"] if "+" in c})
     if method == "multilevel":
         row.update(levels=s["levels"], coarse_edge_budget=s["coarse_edge_budget"],
                    budget=s["budget"])

@@ -25,7 +25,7 @@ from .metis_method import MetisPartitioner
 from .multilevel import MultilevelPartitioner
 from .random_method import RandomPartitioner
 from ..workload import made_with, work_warnings
-from .stats import format_table, partition_stats
+from .stats import combined_imbalance, format_table, partition_stats
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ def _partition_into(output: AtomicOutput, graph, fp: str, manifest: dict, method
         write_meta(tmp, meta)
         assignment = load_assignment(tmp, graph)          # checks lengths and ranges
         stats = partition_stats(graph, assignment, runner)
+        stats["imbalance"].update(combined_imbalance(stats, options.balance))
         stats.update(getattr(partitioner, "info", {}))
         stats["warnings"] = work_warnings(stats, choice.method if choice else method,
                                           options.balance)

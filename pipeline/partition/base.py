@@ -11,6 +11,7 @@ import numpy as np
 from formats import ChunkedGraph, FormatError
 from formats.schema import METADATA
 from ..convert.sources import open_field
+from .weights import counts_combined
 
 BALANCE_KEYS = ("ntypes", "train", "edges")
 # The default --balance of metis, multilevel, kaminpar and auto: a part's work in sampling and
@@ -24,7 +25,8 @@ WORK_BALANCE = ("ntypes", "train", "edges")
 class PartitionOptions:
     num_parts: int
     seed: int = 0
-    # Subset of BALANCE_KEYS (METIS vertex-weight constraints). None: the method's default
+    # Constraints: each a key of BALANCE_KEYS or keys joined by "+" (one combined weight,
+    # weights.py), METIS vertex-weight columns. None: the method's default
     # (default_balance), resolved by run_partition before the manifest is written.
     balance: tuple[str, ...] | None = ()
     objective: str = "cut"            # METIS: "cut" (edge cut) or "vol" (communication volume)
@@ -63,11 +65,12 @@ def has_train_nodes(graph: ChunkedGraph) -> bool:
 
 
 def num_constraints(graph: ChunkedGraph, balance: tuple[str, ...]) -> int:
-    """Columns of the vertex weights for ``balance`` (as ``vertex_weights`` builds them): one
-    per node type with ``ntypes`` on a heterogeneous graph (else one of ones), plus one each
-    for ``train`` and ``edges``."""
+    """Columns of the vertex weights for ``balance`` (as ``vertex_weights`` builds them): node
+    counts, one per node type with ``ntypes`` on a heterogeneous graph (else one of ones),
+    unless ``ntypes`` is combined; plus one per other constraint (``train``, ``edges`` or a
+    combined one)."""
     counts = len(graph.node_types) if "ntypes" in balance and len(graph.node_types) > 1 else 1
-    return counts + ("train" in balance) + ("edges" in balance)
+    return (0 if counts_combined(balance) else counts) + sum(c != "ntypes" for c in balance)
 
 
 class Partitioner(Protocol):

@@ -4,7 +4,7 @@ on the whole graph, in one Dask task, as ``--method metis`` does it.
 The task assembles the same symmetrized, deduplicated, self-loop-free graph of all edge types
 (``metis_method.symmetric_csr``) and the same vertex-weight columns for ``--balance``
 (``metis_method.vertex_weights``). KaMinPar balances one node weight, so the columns are
-folded into one (:func:`combined_weight`: each column over its total, summed, scaled to
+folded into one (``weights.combined_weight``: each column over its total, summed, scaled to
 integers); then ``rebalance`` enforces every constraint within ``--imbalance``, as after METIS.
 
 That holds where the constraints go together (a planted graph: KaMinPar's parts came within
@@ -40,7 +40,7 @@ import shutil
 
 import numpy as np
 
-from formats import ChunkedGraph, FormatError
+from formats import ChunkedGraph
 from ..export.requires import import_in_task, require
 from .base import PartitionOptions
 from .block_groups import group_blocks
@@ -48,14 +48,12 @@ from .metis_method import (OBJECTIVES, MetisTask, check_whole_graph_options, enf
                            save_parts, symmetric_csr, vertex_weights)
 from .parhip import mapped_adjacency, write_parhip
 from .rebalance import loads_of
+from .weights import balance_keys, combined_weight
 
 KAMINPAR_MISSING = ("--method kaminpar needs KaMinPar's Python bindings (a dependency of "
                     "graphprep): pip install kaminpar")
 THREADS = 1
 SCRATCH = ".kaminpar"
-# The combined weights' total stays below this, so that a 32-bit KaMinPar build (and our 32-bit
-# weights in the ParHIP file) holds it.
-WEIGHT_LIMIT = (1 << 31) - 1
 # KaMinPar's parts at most this far over a cap (load / cap) are left to the rebalance pass.
 REPAIRABLE = 1.1
 # Blocks per part where KaMinPar's own parts are too far apart. On R-MAT scale 19 (cut after
@@ -64,27 +62,6 @@ REPAIRABLE = 1.1
 # 5,681,459 / 6,788,052).
 BLOCKS_PER_PART = 4
 MAX_BLOCKS_PER_PART = 32
-
-
-def combined_weight(weights: np.ndarray, limit: int = WEIGHT_LIMIT) -> np.ndarray:
-    """One integer weight per node from the ``[n, ncon]`` constraint columns: each column
-    divided by its total (a column of total 0 adds nothing), summed over the columns, scaled so
-    that the weights' sum stays within ``limit``; every weight is at least 1. Returns int64
-    ``[n]``. Holds two float arrays of ``n``."""
-    n, ncon = weights.shape
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    scale = (limit - n) / ncon      # floor(share * scale) + 1 summed: <= ncon * scale + n
-    if scale < 1:
-        raise FormatError(f"{n} nodes: too many for --method kaminpar's 31-bit node weights; "
-                          "use --method multilevel", field="--method")
-    share = np.zeros(n, dtype=np.float64)
-    for c in range(ncon):
-        total = float(weights[:, c].sum())
-        if total > 0:
-            share += weights[:, c] / total
-    share *= scale
-    return np.floor(share).astype(np.int64) + 1
 
 
 def run_kaminpar(kaminpar, path: str, num_parts: int, imbalance: float, seed: int
@@ -158,7 +135,8 @@ def kaminpar_parts(task: MetisTask) -> dict:
     weights."""
     kaminpar = import_in_task("kaminpar", KAMINPAR_MISSING, field="--method")
     graph, opts = task.graph, task.options
-    xadj, adjncy, in_degree = symmetric_csr(graph, with_in_degree="edges" in opts.balance)
+    xadj, adjncy, in_degree = symmetric_csr(graph,
+                                            with_in_degree="edges" in balance_keys(opts.balance))
     weights = vertex_weights(graph, opts.balance, in_degree)
     del in_degree
     n, m = len(xadj) - 1, len(adjncy)

@@ -33,6 +33,7 @@ from ..convert.sources import open_field
 from .base import PartitionOptions, require_a_node_per_part
 from .metis_capi import part_graph
 from .rebalance import rebalance
+from .weights import balance_keys, constraint_columns
 
 OBJECTIVES = {"cut": 0, "vol": 1}
 
@@ -89,22 +90,32 @@ def symmetric_csr(graph: ChunkedGraph, with_in_degree: bool = False):
 
 
 def vertex_weights(graph: ChunkedGraph, balance: tuple[str, ...], in_degree: np.ndarray | None):
-    """``[n, ncon]`` int64 METIS vertex weights for the requested constraints."""
+    """``[n, ncon]`` int64 METIS vertex weights for the requested constraints (``weights.py``:
+    node counts, then one column per other constraint, a combined one folded into one)."""
+    return np.concatenate(constraint_columns(base_columns(graph, balance, in_degree), balance),
+                          axis=1)
+
+
+def base_columns(graph: ChunkedGraph, balance: tuple[str, ...], in_degree: np.ndarray | None
+                 ) -> dict[str, np.ndarray]:
+    """The columns per key that ``balance`` names: ``ntypes`` (always): one count column per
+    node type with ``ntypes`` on a heterogeneous graph, else one of ones; ``train``, ``edges``
+    (``in_degree``): one each, ``[n, 1]`` int64."""
     offsets = type_offsets(graph)
     n = sum(graph.num_nodes.values())
-    columns = []
-    if "ntypes" in balance and len(graph.node_types) > 1:
-        for t in graph.node_types:
-            col = np.zeros(n, dtype=np.int64)
-            col[offsets[t]:offsets[t] + graph.num_nodes[t]] = 1
-            columns.append(col)
+    keys = balance_keys(balance)
+    if "ntypes" in keys and len(graph.node_types) > 1:
+        counts = np.zeros((n, len(graph.node_types)), dtype=np.int64)
+        for i, t in enumerate(graph.node_types):
+            counts[offsets[t]:offsets[t] + graph.num_nodes[t], i] = 1
     else:
-        columns.append(np.ones(n, dtype=np.int64))
-    if "train" in balance:
-        columns.append(train_column(graph, n))
-    if "edges" in balance:
-        columns.append(in_degree)
-    return np.stack(columns, axis=1)
+        counts = np.ones((n, 1), dtype=np.int64)
+    base = {"ntypes": counts}
+    if "train" in keys:
+        base["train"] = train_column(graph, n)[:, None]
+    if "edges" in keys:
+        base["edges"] = np.asarray(in_degree, dtype=np.int64)[:, None]
+    return base
 
 
 def train_column(graph: ChunkedGraph, n: int) -> np.ndarray:
@@ -139,7 +150,8 @@ class MetisTask:
 def metis_parts(task: MetisTask) -> dict:
     """Build the CSR, run METIS, write ``<ntype>.npy``. Returns METIS's own edge cut."""
     graph, opts = task.graph, task.options
-    xadj, adjncy, in_degree = symmetric_csr(graph, with_in_degree="edges" in opts.balance)
+    xadj, adjncy, in_degree = symmetric_csr(graph,
+                                            with_in_degree="edges" in balance_keys(opts.balance))
     weights = vertex_weights(graph, opts.balance, in_degree)
     cut, parts = part_graph(opts.num_parts, xadj, adjncy, weights, seed=opts.seed,
                             objective=OBJECTIVES[opts.objective],
@@ -207,7 +219,7 @@ def check_whole_graph_options(graph: ChunkedGraph, options: PartitionOptions) ->
     nodes than parts (METIS would exit 0 regardless), or ``--balance train`` on a graph without
     a train_mask field. Reads metadata only."""
     require_a_node_per_part(graph, options.num_parts)
-    if "train" in options.balance:
+    if "train" in balance_keys(options.balance):
         has = any("train_mask" in graph.node_data.get(t, {}) for t in graph.node_types)
         if not has:
             train_column(graph, 0)

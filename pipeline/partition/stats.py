@@ -22,6 +22,7 @@ from formats.output import save_npy
 from formats.validate import read_checked_edges
 from ..arrayops import unique_ints
 from ..convert.sources import DataField, open_field
+from .weights import constraint_keys
 
 SPLITS = ("train_mask", "val_mask", "test_mask")
 NODE_SLICE = 1 << 22
@@ -158,6 +159,22 @@ def partition_stats(graph: ChunkedGraph, assignment: Assignment, runner) -> dict
         imbalance["train"] = _imbalance(splits["train_mask"])
     stats["imbalance"] = imbalance
     return stats
+
+
+def combined_imbalance(stats: dict, balance: tuple[str, ...]) -> dict[str, float]:
+    """Imbalance (max/mean) of each combined constraint of ``balance`` (``ntypes+edges``: per
+    part, its share of the nodes plus its share of the edges; node types counted apart when
+    there are several), from the per-part figures of :func:`partition_stats`."""
+    nodes = [np.asarray(v) for v in stats["nodes_per_part"].values()]
+    per_key = {"ntypes": nodes if len(nodes) > 1 else [sum(nodes)],
+               "edges": [np.asarray(stats["edges_per_part"])],
+               "train": [np.asarray(stats.get("train_per_part", [0]))]}
+    out = {}
+    for constraint in (c for c in balance if "+" in c):
+        share = sum(v / v.sum() for key in constraint_keys(constraint) for v in per_key[key]
+                    if v.sum())
+        out[constraint] = _imbalance(share)
+    return out
 
 
 def format_table(stats: dict) -> str:

@@ -40,6 +40,7 @@ class CoarsestTask:
     imbalance: float
     target: str
     sparse: Sparsifier | None = None     # set when the level holds more than the budget
+    first_column: int = 0                # METIS balances the weight columns from this one on
 
 
 def partition_coarsest(task: CoarsestTask) -> dict:
@@ -53,7 +54,7 @@ def partition_coarsest(task: CoarsestTask) -> dict:
     adjncy = np.concatenate([k[1] for k in kept]).astype(np.int64, copy=False)
     adjwgt = np.concatenate([k[2] for k in kept]).astype(np.int64, copy=False)
     del kept
-    weights = np.asarray(lv.vwgt())
+    weights = np.ascontiguousarray(lv.vwgt()[:, task.first_column:])
     cut, parts = part_graph(task.num_parts, xadj, adjncy, weights, seed=task.seed,
                             objective=task.objective,
                             ufactor=max(1, int(round(task.imbalance * 1000))), eweights=adjwgt)

@@ -265,6 +265,7 @@ def jet_refine(refiner, parts: str, loads: np.ndarray, rounds: int = 12, patienc
     free). Holds ``[P, ncon]`` loads; saved states are hard links, not copies."""
     state = state if state is not None else JetState()
     lv, caps = refiner.level, refiner.caps[None, :]
+    one = refiner.constraints == 1
     files = new_jet_files(lv, parts, refiner.num_parts)
     nxt, best = parts[:-4] + ".next.npy", parts[:-4] + ".best.npy"
     before = parts[:-4] + ".before.npy"
@@ -305,11 +306,11 @@ def jet_refine(refiner, parts: str, loads: np.ndarray, rounds: int = 12, patienc
                 moved = apply_round(t, frozen, None)
                 if (moved > caps).any():
                     # several constraints: a short pass tells whether balance is in reach
-                    moved = refiner.balance(parts, moved, max_rounds=30 if lv.ncon == 1 else
+                    moved = refiner.balance(parts, moved, max_rounds=30 if one else
                                             REPAIR_ROUNDS)
                 # One constraint: balance can always move something somewhere, and the next
                 # round goes on from here, as in Jet.
-                if not (moved > caps).any() or lv.ncon == 1:
+                if not (moved > caps).any() or one:
                     loads = moved
                     continue
                 os.replace(before, parts)

@@ -20,6 +20,7 @@ from formats import ChunkedGraph
 from ...cluster import fix_mmap_threshold, on_every_worker
 from ..base import PartitionOptions, create_assignment_files, require_a_node_per_part
 from ..metis_method import OBJECTIVES, type_offsets
+from ..weights import counts_combined
 from .budget import derive_budget, worker_memory_bytes
 from .coarsen import ISOLATED_SHARE, cluster, count_isolated
 from .coarsest import CoarsestTask, partition_coarsest
@@ -28,7 +29,7 @@ from .layout import Level, write_rows
 from .jet import JetState, jet_refine
 from .refine import Refiner
 from .sparsify import level_sparsifier, thin_level
-from .symmetric import build_level0
+from .symmetric import build_level0, fold_constraints
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,13 @@ def range_totals(task: tuple[Level, int]) -> np.ndarray:
     level, r = task
     start, stop = level.bounds(r)
     return np.asarray(level.vwgt()[start:stop]).sum(axis=0)
+
+
+def uncapped(caps: np.ndarray, totals: np.ndarray, free: int) -> np.ndarray:
+    """``caps`` with the first ``free`` columns raised to their totals (never binding)."""
+    caps = caps.copy()
+    caps[:free] = totals[:free]
+    return caps
 
 
 class MultilevelPartitioner:
@@ -116,8 +124,13 @@ class MultilevelPartitioner:
         range_size = max(self.range_size, -(-n // MAX_RANGES))
         level = build_level0(graph, options.balance, os.path.join(work, "L00"), range_size,
                              runner)
-        totals = sum(runner(range_totals, [(level, r) for r in range(level.num_ranges)],
-                            "multilevel: totals")).astype(np.float64)
+        totals = self._totals(level, runner)
+        if any("+" in c for c in options.balance):
+            level = fold_constraints(level, options.balance, totals, runner)
+            totals = self._totals(level, runner)
+        # Node counts inside a combined weight are no constraint of their own: a part may hold
+        # all of them (caps stay finite, so that room / cap is defined).
+        free = level.count_cols if counts_combined(options.balance) else 0
         budget = derive_budget(sum(graph.num_edges.values()), worker_memory_bytes(runner),
                                getattr(options, "coarse_edges", None))
         log.info("multilevel: coarse-edge budget: %s", budget.how)
@@ -129,7 +142,8 @@ class MultilevelPartitioner:
             # Isolated nodes are grouped at the first level only, where they are the input's
             # own: later, an isolated coarse node is a contracted component or such a group,
             # and grouping those cost Cora 1.10x METIS's cut at k=4 (1.03x without).
-            labels, cw = cluster(level, seed * 1000 + len(levels), totals / (k * CAP_FACTOR),
+            labels, cw = cluster(level, seed * 1000 + len(levels),
+                                 uncapped(totals / (k * CAP_FACTOR), totals, free),
                                  runner, self.coarsen_rounds,
                                  group_isolated=len(levels) == 1 and many_isolated,
                                  group_singletons=self.two_hop)
@@ -169,18 +183,18 @@ class MultilevelPartitioner:
         (info,) = runner(partition_coarsest, [CoarsestTask(top, k, seed,
                                                            OBJECTIVES[options.objective],
                                                            options.imbalance, coarse_parts,
-                                                           sparse)],
+                                                           sparse, first_column=free)],
                          "multilevel: METIS")
-        caps = totals / k * (1 + options.imbalance)
+        caps = uncapped(totals / k * (1 + options.imbalance), totals, free)
         jet_state = JetState()
         if sparse is not None or len(levels) == 1:
-            refiner = Refiner(top, k, caps, seed, runner)
+            refiner = Refiner(top, k, caps, seed, runner, free)
             loads = refiner.balance(coarse_parts, refiner.loads(coarse_parts))
             if sparse is not None:
                 loads = self._refine(refiner, coarse_parts, loads, jet_state)
         for d in range(len(levels) - 2, -1, -1):
             fine = levels[d]
-            refiner = Refiner(fine, k, caps, seed, runner)
+            refiner = Refiner(fine, k, caps, seed, runner, free)
             parts = fine.path("parts.npy")
             loads = refiner.project(coarse_parts, fine.path("f2c.npy"), parts)
             loads = self._refine(refiner, parts, refiner.balance(parts, loads), jet_state)
@@ -194,6 +208,11 @@ class MultilevelPartitioner:
                          coarse_edge_budget=budget.edges, budget=budget.how,
                          sparsified=sparse is not None)
         return coarse_parts
+
+    @staticmethod
+    def _totals(level: Level, runner) -> np.ndarray:
+        return sum(runner(range_totals, [(level, r) for r in range(level.num_ranges)],
+                          "multilevel: totals")).astype(np.float64)
 
     def _refine(self, refiner: Refiner, parts: str, loads: np.ndarray,
                 jet_state: JetState) -> np.ndarray:

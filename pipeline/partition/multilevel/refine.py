@@ -367,6 +367,12 @@ class Refiner:
     caps: np.ndarray
     seed: int
     runner: object
+    free: int = 0          # leading count columns that are no constraint (caps at their totals)
+
+    @property
+    def constraints(self) -> int:
+        """The balance constraints the caps hold."""
+        return self.level.ncon - self.free
 
     def tasks(self, **kw) -> list[PartsTask]:
         """One ``PartsTask`` per range of the level, with the fields ``kw``."""

@@ -23,6 +23,7 @@ from formats.validate import read_checked_edges
 from ...arrayops import unique_ints
 from ...convert.sources import DataField, open_field
 from ..metis_method import train_column, type_offsets
+from ..weights import balance_keys, constraint_columns, counts_combined
 from . import layout
 from .buckets import Span, key_blocks, read_spans, span_rows, spans_into, sub_spans, \
     write_bucketed
@@ -122,12 +123,15 @@ def build_range(task: RangeTask) -> tuple[int, int]:
 
 def build_level0(graph: ChunkedGraph, balance: tuple[str, ...], folder: str,
                  range_size: int, runner) -> Level:
-    """Shuffle the input into level 0 under ``folder``; returns the level."""
+    """Shuffle the input into level 0 under ``folder``; returns the level. Its vertex weights
+    are the base columns: node counts (``count_cols``), then train and in-degree where
+    ``balance`` names them; ``fold_constraints`` combines them as ``balance`` says."""
     offsets = type_offsets(graph)
     n = sum(graph.num_nodes.values())
-    type_columns = "ntypes" in balance and len(graph.node_types) > 1
+    keys = balance_keys(balance)
+    type_columns = "ntypes" in keys and len(graph.node_types) > 1
     count_cols = len(graph.node_types) if type_columns else 1
-    with_train, with_deg = "train" in balance, "edges" in balance
+    with_train, with_deg = "train" in keys, "edges" in keys
     ncon = count_cols + with_train + with_deg
     os.makedirs(folder, exist_ok=True)
     level = Level(folder, n, range_size, ncon, count_cols)
@@ -163,3 +167,54 @@ def build_level0(graph: ChunkedGraph, balance: tuple[str, ...], folder: str,
     if with_train and sum(t for _, t in done) == 0:
         train_column(graph, 0)                # the same error as --method metis
     return level
+
+
+def _by_key(vw: np.ndarray, count_cols: int, keys: frozenset[str]) -> dict[str, np.ndarray]:
+    """Level 0's base columns (``build_level0``) of the rows ``vw``, per key."""
+    base, col = {"ntypes": vw[:, :count_cols]}, count_cols
+    for key in ("train", "edges"):
+        if key in keys:
+            base[key] = vw[:, col:col + 1]
+            col += 1
+    return base
+
+
+@dataclass(frozen=True)
+class FoldTask:
+    level: Level
+    r: int
+    balance: tuple[str, ...]
+    totals: tuple[int, ...]      # the base columns' totals
+    target: str                  # the folded ``vwgt.npy``
+
+
+def fold_range(task: FoldTask) -> None:
+    """Range ``r``'s rows of the folded vertex weights: the node counts, then one column per
+    other constraint (``weights.constraint_columns``). Holds the range's rows."""
+    lv, keys = task.level, balance_keys(task.balance)
+    start, stop = lv.bounds(task.r)
+    base = _by_key(np.asarray(lv.vwgt()[start:stop]), lv.count_cols, keys)
+    totals = {k: v[0] for k, v in _by_key(np.asarray([task.totals]), lv.count_cols,
+                                          keys).items()}
+    columns = constraint_columns(base, task.balance, totals, lv.num_nodes)
+    if counts_combined(task.balance):      # coarsening and refinement still count nodes
+        columns.insert(0, base["ntypes"])
+    out = np.load(task.target, mmap_mode="r+")
+    out[start:stop] = np.concatenate(columns, axis=1)
+    out.flush()
+
+
+def fold_constraints(level: Level, balance: tuple[str, ...], totals: np.ndarray,
+                     runner) -> Level:
+    """``level`` (level 0) with its base columns folded into ``balance``'s constraints where
+    some are combined (``a+b``: one weight), range by range; else ``level`` itself. The node
+    count columns stay first, uncapped when ``ntypes`` is combined."""
+    if not any("+" in c for c in balance):
+        return level
+    folded = replace(level, ncon=level.count_cols + sum(c != "ntypes" for c in balance))
+    target = level.path("vwgt.folded.npy")
+    new_array(target, (level.num_nodes, folded.ncon))
+    runner(fold_range, [FoldTask(level, r, balance, tuple(int(t) for t in totals), target)
+                        for r in range(level.num_ranges)], "multilevel: combine weights")
+    os.replace(target, level.path("vwgt.npy"))
+    return folded

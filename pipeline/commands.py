@@ -293,8 +293,8 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
                    "default before). Keys joined by '+' are one combined weight, each "
                    "node's share of each key's total summed (ntypes+edges: the one weight "
                    "KaMinPar balances): a part may hold more of one key where it holds less "
-                   "of another, for a lower cut (R-MAT: ~10% fewer cut edges than "
-                   "ntypes,edges). random takes none: it deals out nodes evenly.")
+                   "of another, for a lower cut (R-MAT at 10^8 edges: 14% fewer cut edges "
+                   "than ntypes,train,edges). random takes none: it deals out nodes evenly.")
 @click.option("--objective", type=click.Choice(["cut", "vol"]), default="cut",
               help="METIS objective: edge cut or communication volume.")
 @click.option("--imbalance", type=FiniteFloat(0.001, 1.0), default=0.03,

@@ -39,11 +39,14 @@ def _remedy(key: str, over: list[str], method: str | None,
             balance: tuple[str, ...] | None) -> str:
     """What fixes ``key``'s imbalance (``over``: every key over the threshold)."""
     if method in ("metis", "multilevel", "kaminpar") and balance is not None:
-        combined = next((c for c in balance if key in c.split("+") and "+" in c), None)
-        if combined:
+        # combined constraints (weights.py): keys joined by "+", one weight
+        combined = [c for c in balance if "+" in c]
+        inside = {k for c in combined for k in c.split("+")}
+        if key in inside:
+            holder = next(c for c in combined if key in c.split("+"))
             apart = ",".join(k for c in balance for k in c.split("+"))
             return (f"--balance {','.join(balance)} balances {key} only within the combined "
-                    f"weight {combined}; partition with --balance {apart} to balance each "
+                    f"weight {holder}; partition with --balance {apart} to balance each "
                     "on its own")
         if key in balance and key == "edges":
             return ("--balance edges could not be met: a node is never split, and a hub "
@@ -51,8 +54,6 @@ def _remedy(key: str, over: list[str], method: str | None,
         if key in balance:
             return (f"--balance {key} could not be met together with the other constraints; "
                     "try a larger --imbalance or fewer constraints")
-        combined = [c for c in balance if "+" in c]
-        inside = {k for c in combined for k in c.split("+")}
         wanted = ",".join(combined + [k for k in ("ntypes", "train", "edges") if k not in inside
                                       and (k in balance or k == "ntypes" or k in over)])
         return (f"partition with --balance {wanted} (metis, multilevel and auto balance "

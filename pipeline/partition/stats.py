@@ -22,7 +22,7 @@ from formats.output import save_npy
 from formats.validate import read_checked_edges
 from ..arrayops import unique_ints
 from ..convert.sources import DataField, open_field
-from .weights import constraint_keys
+from .weights import combined_constraints, constraint_keys
 
 SPLITS = ("train_mask", "val_mask", "test_mask")
 NODE_SLICE = 1 << 22
@@ -170,7 +170,7 @@ def combined_imbalance(stats: dict, balance: tuple[str, ...]) -> dict[str, float
                "edges": [np.asarray(stats["edges_per_part"])],
                "train": [np.asarray(stats.get("train_per_part", [0]))]}
     out = {}
-    for constraint in (c for c in balance if "+" in c):
+    for constraint in combined_constraints(balance):
         share = sum(v / v.sum() for key in constraint_keys(constraint) for v in per_key[key]
                     if v.sum())
         out[constraint] = _imbalance(share)

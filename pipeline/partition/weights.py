@@ -31,10 +31,15 @@ def balance_keys(balance: tuple[str, ...]) -> frozenset[str]:
     return frozenset(k for c in balance for k in constraint_keys(c))
 
 
+def combined_constraints(balance: tuple[str, ...]) -> tuple[str, ...]:
+    """The constraints of ``balance`` that join several keys (``a+b``)."""
+    return tuple(c for c in balance if "+" in c)
+
+
 def counts_combined(balance: tuple[str, ...]) -> bool:
     """Whether node counts are balanced only through a combined constraint (``ntypes+...``),
     not as constraints of their own."""
-    return any("ntypes" in constraint_keys(c) for c in balance if "+" in c)
+    return any("ntypes" in constraint_keys(c) for c in combined_constraints(balance))
 
 
 def combined_weight(weights: np.ndarray, limit: int = WEIGHT_LIMIT,

@@ -125,9 +125,9 @@ class MultilevelPartitioner:
         level = build_level0(graph, options.balance, os.path.join(work, "L00"), range_size,
                              runner)
         totals = self._totals(level, runner)
-        if any("+" in c for c in options.balance):
-            level = fold_constraints(level, options.balance, totals, runner)
-            totals = self._totals(level, runner)
+        folded = fold_constraints(level, options.balance, totals, runner)
+        if folded is not level:
+            level, totals = folded, self._totals(folded, runner)
         # Node counts inside a combined weight are no constraint of their own: a part may hold
         # all of them (caps stay finite, so that room / cap is defined).
         free = level.count_cols if counts_combined(options.balance) else 0

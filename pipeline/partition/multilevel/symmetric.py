@@ -23,7 +23,8 @@ from formats.validate import read_checked_edges
 from ...arrayops import unique_ints
 from ...convert.sources import DataField, open_field
 from ..metis_method import train_column, type_offsets
-from ..weights import balance_keys, constraint_columns, counts_combined
+from ..weights import (balance_keys, combined_constraints, constraint_columns,
+                       counts_combined)
 from . import layout
 from .buckets import Span, key_blocks, read_spans, span_rows, spans_into, sub_spans, \
     write_bucketed
@@ -209,7 +210,7 @@ def fold_constraints(level: Level, balance: tuple[str, ...], totals: np.ndarray,
     """``level`` (level 0) with its base columns folded into ``balance``'s constraints where
     some are combined (``a+b``: one weight), range by range; else ``level`` itself. The node
     count columns stay first, uncapped when ``ntypes`` is combined."""
-    if not any("+" in c for c in balance):
+    if not combined_constraints(balance):
         return level
     folded = replace(level, ncon=level.count_cols + sum(c != "ntypes" for c in balance))
     target = level.path("vwgt.folded.npy")

@@ -10,7 +10,8 @@
 #   5. bench_train.py --device cuda --placement cuda, then the CPU baseline on the same graphs.
 # Each step is bounded by `timeout`, so one that hangs leaves the rest their time. Logs and
 # JSON go to $OUT/gpu_logs.tar.gz (OUT defaults to gpu-out). Packages the machine lacks (dask,
-# distributed, pymetis, ...) travel as wheels in .whl/ (see the README's GPU section).
+# distributed, pymetis, ...) travel as wheels in .whl/ (`pip download --python-version` of the
+# machine's Python).
 # Usage: bash examples/benchmarks/gpu_run.sh [SAMPLING_EDGES] [TRAIN_EDGES]
 set -u
 cd "$(dirname "$0")/../.."

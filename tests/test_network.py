@@ -55,6 +55,39 @@ def test_ranks_agree_on_a_flag_any_of_them_holds(flags):
     assert answers == [any(flags)] * len(flags)
 
 
+def _rank0_env(port: int) -> rendezvous.RankEnv:
+    return rendezvous.RankEnv(0, 2, 0, "127.0.0.1", port, agent_store=False)
+
+
+def test_rank0_serves_the_store_on_the_socket_its_launcher_bound(monkeypatch):
+    """The launcher binds the store's port before any rank starts and rank 0 inherits the
+    socket: a port picked free and closed could be taken meanwhile by another process (a Dask
+    worker, another job), which the other ranks would then talk to."""
+    from trainer.runtime.launch import STORE_FD_ENV, listening_socket
+    with listening_socket("127.0.0.1") as held:
+        port = held.getsockname()[1]
+        monkeypatch.setenv(STORE_FD_ENV, str(held.fileno()))
+        assert rendezvous._store_listener(_rank0_env(port)) == held.fileno()
+        assert STORE_FD_ENV not in os.environ          # not passed on to rank 0's children
+        held.detach()
+    with listening_socket("127.0.0.1") as other:
+        monkeypatch.setenv(STORE_FD_ENV, str(other.fileno()))
+        with pytest.raises(netif.NetworkSetupError, match="is not a socket on MASTER_PORT"):
+            rendezvous._store_listener(_rank0_env(other.getsockname()[1] + 1))
+    monkeypatch.setenv(STORE_FD_ENV, "x")
+    with pytest.raises(netif.NetworkSetupError, match="GRAPHPREP_STORE_FD=x"):
+        rendezvous._store_listener(_rank0_env(1))
+
+
+def test_rank0_without_a_launcher_binds_master_port_and_names_it_when_taken(monkeypatch):
+    from trainer.runtime.launch import STORE_FD_ENV, listening_socket
+    monkeypatch.delenv(STORE_FD_ENV, raising=False)
+    with listening_socket("127.0.0.1") as taken:
+        with pytest.raises(netif.NetworkSetupError, match="rank 0 cannot listen on "
+                           "MASTER_ADDR=127.0.0.1 port"):
+            rendezvous._store_listener(_rank0_env(taken.getsockname()[1]))
+
+
 def test_loopback_master_picks_lo_and_fills_unset_variables_only():
     env = {"TP_SOCKET_IFNAME": "mine"}
     chosen = netif.configure("127.0.0.1", multi_host=False, environ=env, cuda=True)

@@ -1,9 +1,12 @@
 """Local launch: one process per rank on this machine, watched until all end; and the ranks'
 side of it, watching their launcher.
 
-Ranks get ``torchrun``'s environment variables (``MASTER_ADDR``, ``MASTER_PORT`` picked free
-now, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``) plus ``GRAPHPREP_LAUNCHER_PID``
-and run ``python -m trainer`` with the same arguments.
+Ranks get ``torchrun``'s environment variables (``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``) plus ``GRAPHPREP_LAUNCHER_PID`` and run
+``python -m trainer`` with the same arguments. The store's port is bound and listening before
+any rank starts, and rank 0 inherits that socket (``GRAPHPREP_STORE_FD``): a port picked free
+and closed again could be taken by another process before rank 0 binds it, and the other
+ranks would then talk to whatever listens there.
 
 * When a rank fails (non-zero exit or a signal) the others are ended at once and the launcher
   exits 1 naming it (2 when a rank exited 2: bad input, such as a model output of the
@@ -35,15 +38,30 @@ log = logging.getLogger("trainer")
 
 GRACE_S = 5.0
 LAUNCHER_ENV = "GRAPHPREP_LAUNCHER_PID"
+STORE_FD_ENV = "GRAPHPREP_STORE_FD"     # rank 0's inherited, listening store socket
 PR_SET_PDEATHSIG = 1
 FORWARDED = (signal.SIGTERM, signal.SIGINT)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` now (the OS picks it)."""
+    """A TCP port free on ``host`` now (the OS picks it; another process may take it before
+    it is bound again: for a job's own store use :func:`listening_socket`)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def listening_socket(host: str, port: int = 0, backlog: int = 128) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (0: the OS picks) and listening; raises OSError."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(backlog)
+    except OSError:
+        listener.close()
+        raise
+    return listener
 
 
 class _Forwarder:
@@ -74,17 +92,24 @@ class _Forwarder:
 
 def launch_local(argv: list[str], world_size: int) -> int:
     """Run ``world_size`` ranks of ``python -m trainer argv``; returns the job's exit code."""
-    port = free_port()
     procs: list[subprocess.Popen] = []
-    with _Forwarder(procs) as forwarder:  # before spawning: a signal meanwhile is not lost
+    with _Forwarder(procs) as forwarder, \
+            listening_socket("127.0.0.1", backlog=max(128, world_size)) as store:
+        port, fd = store.getsockname()[1], store.fileno()
         for rank in range(world_size):
             env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
                        LOCAL_WORLD_SIZE=str(world_size), **{LAUNCHER_ENV: str(os.getpid())})
+            env.pop(STORE_FD_ENV, None)
+            if rank == 0:
+                env[STORE_FD_ENV] = str(fd)
             # RPC threads each get a glibc arena that keeps freed message buffers: with
             # learnable-embedding traffic a rank's RSS grew ~100 MB per epoch without this
             env.setdefault("MALLOC_ARENA_MAX", "2")
-            procs.append(subprocess.Popen([sys.executable, "-m", "trainer", *argv], env=env))
+            procs.append(subprocess.Popen([sys.executable, "-m", "trainer", *argv], env=env,
+                                          pass_fds=(fd,) if rank == 0 else ()))
+            if rank == 0:
+                store.close()        # rank 0 holds it now; ranks connect once it serves
             if forwarder.received:
                 break
         return _watch(procs, forwarder)

@@ -19,6 +19,7 @@ from torch.distributed import rpc
 from torch.distributed.rendezvous import register_rendezvous_handler
 
 from . import health
+from .launch import STORE_FD_ENV, listening_socket
 from .netif import NetworkSetupError, resolve, talk_address
 from ..sampling.service import rank_name
 
@@ -119,17 +120,31 @@ def _store(env: RankEnv, timeout: timedelta) -> dist.TCPStore:
     if env.rank != 0 or env.agent_store:
         return dist.TCPStore(env.master_addr, env.master_port, env.world_size, False,
                              timeout=timeout)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    return dist.TCPStore(env.master_addr, env.master_port, env.world_size, True,
+                         timeout=timeout, master_listen_fd=_store_listener(env))
+
+
+def _store_listener(env: RankEnv) -> int:
+    """Rank 0's listening socket for the store: the one the local launcher bound and passed
+    on (``STORE_FD_ENV``), else bound here to ``MASTER_ADDR:MASTER_PORT``."""
+    inherited = os.environ.pop(STORE_FD_ENV, None)
+    if inherited is not None:
+        try:
+            listener = socket.socket(fileno=int(inherited))
+        except (OSError, ValueError) as err:
+            raise NetworkSetupError(f"{STORE_FD_ENV}={inherited}: {err}") from None
+        port, fd = listener.getsockname()[1], listener.detach()
+        if port != env.master_port:
+            raise NetworkSetupError(f"{STORE_FD_ENV}={inherited} is not a socket on "
+                                    f"MASTER_PORT {env.master_port}")
+        return fd
     try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((resolve(env.master_addr), env.master_port))
-        listener.listen(max(128, env.world_size))
+        listener = listening_socket(resolve(env.master_addr), env.master_port,
+                                    max(128, env.world_size))
     except OSError as err:
-        listener.close()
         raise NetworkSetupError(f"rank 0 cannot listen on MASTER_ADDR={env.master_addr} "
                                 f"port {env.master_port}: {err}") from None
-    return dist.TCPStore(env.master_addr, env.master_port, env.world_size, True,
-                         timeout=timeout, master_listen_fd=listener.detach())
+    return listener.detach()
 
 
 # RPC meets on the job's store through this rendezvous scheme: its tcp:// scheme would start

@@ -131,45 +131,6 @@ def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD) -> bool:
         return False
 
 
-def release_free_heap() -> bool:
-    """Give the free pages inside glibc's heaps back to the OS (``malloc_trim(0)``; costs a
-    walk of the free lists). Returns whether anything was released (False where the C library
-    is not glibc)."""
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim(0) == 1
-    except (OSError, AttributeError):
-        return False
-
-
-class HeapReleasingRunner:
-    """``runner``, each of whose tasks ends by :func:`release_free_heap`. Arrays below the mmap
-    threshold come from the heap and leave holes in it when freed, which stay resident: a
-    multilevel worker at 10^9 edges went into each task with ~130 MB more than at its start.
-    The holes are reused within a task; between tasks they are only held."""
-
-    def __init__(self, runner):
-        self.runner = runner
-        self.client = getattr(runner, "client", None)
-
-    def __call__(self, fn: Callable, items: Sequence, desc: str | None = None, **kwargs) -> list:
-        return self.runner(_ReleasingHeap(fn), items, desc, **kwargs)
-
-    def star(self, fn: Callable, arg_tuples: Iterable[tuple], desc: str | None = None) -> list:
-        return self(_Star(fn), list(arg_tuples), desc)
-
-
-class _ReleasingHeap:
-    def __init__(self, fn):
-        self.fn = fn
-        self.__name__ = getattr(fn, "__name__", "task")
-
-    def __call__(self, item):
-        try:
-            return self.fn(item)
-        finally:
-            release_free_heap()
-
-
 def on_every_worker(runner, fn: Callable) -> None:
     """Run ``fn()`` once on every worker of ``runner``'s cluster (in-process runners: nowhere).
     A worker that joins later does not run it."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from formats import ChunkedGraph
 
-from ...cluster import HeapReleasingRunner, fix_mmap_threshold, on_every_worker
+from ...cluster import fix_mmap_threshold, on_every_worker
 from ..base import PartitionOptions, create_assignment_files, require_a_node_per_part
 from ..metis_method import OBJECTIVES, type_offsets
 from ..weights import counts_combined
@@ -104,10 +104,8 @@ class MultilevelPartitioner:
         k = options.num_parts
         require_a_node_per_part(graph, k)
         work = os.path.join(out, ".multilevel")
-        # Freed heap holes held a 10^9-edge worker's peak up: arrays over 8 MB go back at free,
-        # and the smaller ones' holes at the end of each task.
+        # Freed heap holes held a 10^9-edge worker's peak up: arrays over 8 MB go back at free.
         on_every_worker(runner, fix_mmap_threshold)
-        runner = HeapReleasingRunner(runner)
         shutil.rmtree(work, ignore_errors=True)
         try:
             parts0 = self._run(graph, options, runner, work)

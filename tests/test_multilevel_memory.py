@@ -475,22 +475,37 @@ def test_task_memory_is_bounded_by_the_block(homo, tmp_path, monkeypatch):
         assert peaks[task, small] < peaks[task, one] / 3, (task, peaks)
 
 
-def test_task_peaks_diagnostic_names_every_pass(homo, tmp_path):
-    """``examples/benchmarks/multilevel_task_peaks.py``, as a user runs it: the largest task
-    of each pass, contraction and coarsening among them, with a positive traced peak."""
+def _task_peaks(graph, cwd, *args) -> dict:
+    """``examples/benchmarks/multilevel_task_peaks.py GRAPH --parts 2 ARGS``'s JSON."""
     import json
     import subprocess
     import sys
     script = os.path.join(os.path.dirname(__file__), "..", "examples", "benchmarks",
                           "multilevel_task_peaks.py")
-    out = subprocess.run([sys.executable, script, str(homo), "--parts", "2"], cwd=tmp_path,
-                         capture_output=True, text=True, check=True).stdout
-    r = json.loads(out)
+    return json.loads(subprocess.run([sys.executable, script, str(graph), "--parts", "2", *args],
+                                     cwd=cwd, capture_output=True, text=True,
+                                     check=True).stdout)
+
+
+def test_task_peaks_diagnostic_names_every_pass(homo, tmp_path):
+    """``examples/benchmarks/multilevel_task_peaks.py``, as a user runs it: the largest task
+    of each pass, contraction and coarsening among them, with a positive traced peak."""
+    r = _task_peaks(homo, tmp_path)
     peaks = r["largest_task_per_pass"]
     assert {"multilevel: contract", "multilevel: coarsen propose"} <= set(peaks)
     assert all(p["mb"] >= 0 and 0 <= p["task"] < p["tasks"] for p in peaks.values())
     assert max(p["mb"] for p in peaks.values()) > 0 and r["levels"][0]["edges"] > 0
     assert os.listdir(tmp_path) == []            # its scratch folder is removed
+
+
+def test_task_peaks_diagnostic_on_workers_samples_each_pass(homo, tmp_path):
+    """``--workers 1``: the passes' largest sampled worker peaks, each at least what its
+    worker held when the task began, and that at least a Python worker's own memory."""
+    r = _task_peaks(homo, tmp_path, "--workers", "1")
+    peaks = r["largest_worker_peak_per_pass"]
+    assert {"multilevel: contract", "multilevel: coarsen propose"} <= set(peaks)
+    assert all(10 < p["held_mb"] <= p["mb"] for p in peaks.values()), peaks
+    assert r["levels"][0]["edges"] > 0 and os.listdir(tmp_path) == []
 
 
 def _freed_large_array_leaves_mb() -> float:

@@ -12,6 +12,12 @@ about half the speed of 2 workers.
 
 This is how the 10^9-edge worker peak was traced to the contraction's merge of the hubs'
 coarse row (RESULTS.md, "Where the 10^9 worker peak came from").
+
+``--workers N`` measures the workers themselves instead: the partition runs on N fresh Dask
+workers, and each task samples its worker's anonymous memory (``RssAnon``) every 20 ms while it
+runs. Per pass: the task of the largest peak, with what its worker held when it began
+(``held_mb``: memory earlier tasks left behind, freed heap among it, which tracemalloc does not
+see; RESULTS.md, "What a multilevel worker carries between tasks at 10^9 edges").
 """
 
 from __future__ import annotations
@@ -54,6 +60,85 @@ class PeakRunner:
         return out
 
 
+def _anon_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssAnon")) / 1024
+
+
+class _Sampled:
+    """A task (called with ``(index, item)``) that records, on its worker, its anonymous
+    memory at start and its sampled peak."""
+
+    def __init__(self, fn, desc: str):
+        self.fn, self.desc = fn, desc
+        self.__name__ = getattr(fn, "__name__", "task")
+
+    def __call__(self, indexed):
+        import threading
+
+        from distributed import get_worker
+
+        index, item = indexed
+        held = peak = _anon_mb()
+        done = threading.Event()
+
+        def sample():
+            nonlocal peak
+            while not done.wait(0.02):
+                peak = max(peak, _anon_mb())
+        thread = threading.Thread(target=sample, daemon=True)
+        thread.start()
+        try:
+            return self.fn(item)
+        finally:
+            done.set()
+            thread.join()
+            peak = max(peak, _anon_mb())
+            worker = get_worker()
+            records = getattr(worker, "graphprep_task_peaks", None)
+            if records is None:
+                records = worker.graphprep_task_peaks = []
+            records.append((self.desc, index, round(held, 1), round(peak, 1)))
+
+
+class SampledRunner:
+    """A cluster runner whose tasks each record their worker's memory (:class:`_Sampled`)."""
+
+    def __init__(self, runner):
+        self.runner, self.client = runner, runner.client
+
+    def __call__(self, fn, items, desc=None, **kwargs):
+        desc = desc or getattr(fn, "__name__", "tasks")
+        return self.runner(_Sampled(fn, desc), list(enumerate(items)), desc, **kwargs)
+
+    def peaks(self) -> dict[str, dict]:
+        """Per pass, the task of the largest peak: ``{"mb", "held_mb", "task", "worker"}``."""
+        def collect(dask_worker):
+            return getattr(dask_worker, "graphprep_task_peaks", [])
+        out: dict[str, dict] = {}
+        for worker, records in self.client.run(collect).items():
+            for desc, index, held, peak in records:
+                if peak > out.get(desc, {"mb": -1})["mb"]:
+                    out[desc] = {"mb": peak, "held_mb": held, "task": index, "worker": worker}
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]["mb"]))
+
+
+def on_workers(args, graph, partitioner, options) -> dict:
+    """The partition on ``args.workers`` fresh workers; per pass the largest sampled peak."""
+    from distributed import Client
+
+    from pipeline.cluster import TaskRunner, local_cluster
+
+    with local_cluster(args.workers) as cluster, Client(cluster) as client, \
+            tempfile.TemporaryDirectory(dir=os.getcwd()) as out:
+        runner = SampledRunner(TaskRunner(client, progress=False))
+        start = time.perf_counter()
+        partitioner.assign(graph, options, runner, out)
+        seconds = time.perf_counter() - start
+        return {"seconds": round(seconds, 1), "levels": partitioner.info["levels"],
+                "largest_worker_peak_per_pass": runner.peaks()}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("graph", help="a chunked graph folder")
@@ -61,12 +146,20 @@ def main():
     ap.add_argument("--range-size", type=int, default=None,
                     help="nodes per level-0 range (default: the partitioner's, 2^17 up to "
                          "128 ranges); 781250 gives a 10^8-edge graph the ranges of 10^9's")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="run on this many fresh Dask workers and sample each task's worker "
+                         "memory (RssAnon) instead of tracing allocations in this process")
     args = ap.parse_args()
     graph = load_chunked_graph(args.graph)
-    runner = PeakRunner()
     partitioner = MultilevelPartitioner(**({"range_size": args.range_size}
                                            if args.range_size else {}))
     options = PartitionOptions(args.parts, balance=default_balance(graph, "multilevel"))
+    if args.workers:
+        print(json.dumps({"graph": args.graph, "parts": args.parts, "workers": args.workers,
+                          "range_size": args.range_size,
+                          **on_workers(args, graph, partitioner, options)}, indent=1))
+        return
+    runner = PeakRunner()
     tracemalloc.start()
     with tempfile.TemporaryDirectory(dir=os.getcwd()) as out:
         start = time.perf_counter()

@@ -39,12 +39,13 @@ def _remedy(key: str, over: list[str], method: str | None,
             balance: tuple[str, ...] | None) -> str:
     """What fixes ``key``'s imbalance (``over``: every key over the threshold)."""
     if method in ("metis", "multilevel", "kaminpar") and balance is not None:
-        # combined constraints (weights.py): keys joined by "+", one weight
-        combined = [c for c in balance if "+" in c]
-        inside = {k for c in combined for k in c.split("+")}
+        from .partition.weights import combined_constraints, constraint_keys  # a cycle at import
+
+        combined = combined_constraints(balance)
+        inside = {k for c in combined for k in constraint_keys(c)}
         if key in inside:
-            holder = next(c for c in combined if key in c.split("+"))
-            apart = ",".join(k for c in balance for k in c.split("+"))
+            holder = next(c for c in combined if key in constraint_keys(c))
+            apart = ",".join(k for c in balance for k in constraint_keys(c))
             return (f"--balance {','.join(balance)} balances {key} only within the combined "
                     f"weight {holder}; partition with --balance {apart} to balance each "
                     "on its own")
@@ -54,7 +55,7 @@ def _remedy(key: str, over: list[str], method: str | None,
         if key in balance:
             return (f"--balance {key} could not be met together with the other constraints; "
                     "try a larger --imbalance or fewer constraints")
-        wanted = ",".join(combined + [k for k in ("ntypes", "train", "edges") if k not in inside
+        wanted = ",".join(list(combined) + [k for k in ("ntypes", "train", "edges") if k not in inside
                                       and (k in balance or k == "ntypes" or k in over)])
         return (f"partition with --balance {wanted} (metis, multilevel and auto balance "
                 "edges and training nodes by default)")

@@ -500,11 +500,14 @@ def test_task_peaks_diagnostic_names_every_pass(homo, tmp_path):
 
 def test_task_peaks_diagnostic_on_workers_samples_each_pass(homo, tmp_path):
     """``--workers 1``: the passes' largest sampled worker peaks, each at least what its
-    worker held when the task began, and that at least a Python worker's own memory."""
+    worker held when the task began, and that at least a Python worker's own memory, of which
+    glibc's free heap is a part."""
     r = _task_peaks(homo, tmp_path, "--workers", "1")
     peaks = r["largest_worker_peak_per_pass"]
     assert {"multilevel: contract", "multilevel: coarsen propose"} <= set(peaks)
     assert all(10 < p["held_mb"] <= p["mb"] for p in peaks.values()), peaks
+    assert all(p["held_free_heap_mb"] is None or 0 <= p["held_free_heap_mb"] < p["held_mb"]
+               for p in peaks.values()), peaks
     assert r["levels"][0]["edges"] > 0 and os.listdir(tmp_path) == []
 
 

@@ -16,8 +16,10 @@ coarse row (RESULTS.md, "Where the 10^9 worker peak came from").
 ``--workers N`` measures the workers themselves instead: the partition runs on N fresh Dask
 workers, and each task samples its worker's anonymous memory (``RssAnon``) every 20 ms while it
 runs. Per pass: the task of the largest peak, with what its worker held when it began
-(``held_mb``: memory earlier tasks left behind, freed heap among it, which tracemalloc does not
-see; RESULTS.md, "What a multilevel worker carries between tasks at 10^9 edges").
+(``held_mb``: memory earlier tasks left behind, which tracemalloc does not see) and how much of
+that was freed heap glibc kept (``held_free_heap_mb``, glibc's ``mallinfo2``; null elsewhere).
+RESULTS.md, "What a multilevel worker carries between tasks at 10^9 edges" and "The planted
+10^9 peak, task by task".
 """
 
 from __future__ import annotations
@@ -65,6 +67,23 @@ def _anon_mb() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("RssAnon")) / 1024
 
 
+def _free_heap_mb() -> float | None:
+    """Bytes (MB) glibc's heaps hold free (``mallinfo2().fordblks``, all arenas); None where
+    the C library is not glibc 2.33+."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+            "fordblks", "keepcost")]
+    try:
+        mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.restype = MallInfo2
+    return round(mallinfo2().fordblks / 2**20, 1)
+
+
 class _Sampled:
     """A task (called with ``(index, item)``) that records, on its worker, its anonymous
     memory at start and its sampled peak."""
@@ -79,7 +98,8 @@ class _Sampled:
         from distributed import get_worker
 
         index, item = indexed
-        held = peak = _anon_mb()
+        held, free = _anon_mb(), _free_heap_mb()
+        peak = held
         done = threading.Event()
 
         def sample():
@@ -98,7 +118,7 @@ class _Sampled:
             records = getattr(worker, "graphprep_task_peaks", None)
             if records is None:
                 records = worker.graphprep_task_peaks = []
-            records.append((self.desc, index, round(held, 1), round(peak, 1)))
+            records.append((self.desc, index, round(held, 1), free, round(peak, 1)))
 
 
 class SampledRunner:
@@ -112,14 +132,16 @@ class SampledRunner:
         return self.runner(_Sampled(fn, desc), list(enumerate(items)), desc, **kwargs)
 
     def peaks(self) -> dict[str, dict]:
-        """Per pass, the task of the largest peak: ``{"mb", "held_mb", "task", "worker"}``."""
+        """Per pass, the task of the largest peak: ``{"mb", "held_mb", "held_free_heap_mb",
+        "task", "worker"}``."""
         def collect(dask_worker):
             return getattr(dask_worker, "graphprep_task_peaks", [])
         out: dict[str, dict] = {}
         for worker, records in self.client.run(collect).items():
-            for desc, index, held, peak in records:
+            for desc, index, held, free, peak in records:
                 if peak > out.get(desc, {"mb": -1})["mb"]:
-                    out[desc] = {"mb": peak, "held_mb": held, "task": index, "worker": worker}
+                    out[desc] = {"mb": peak, "held_mb": held, "held_free_heap_mb": free,
+                                 "task": index, "worker": worker}
         return dict(sorted(out.items(), key=lambda kv: -kv[1]["mb"]))
 
 

@@ -151,7 +151,7 @@ def _write_by_target(task: RoundTask, connect, decide) -> np.ndarray:
         if second is not None:                     # the pieces of one row
             cl, conn = summed_pieces(chain([(cl, conn), second], pieces),
                                      layout.BLOCK_ENTRIES)
-            row = np.zeros(len(cl), dtype=np.int64)
+            row = np.broadcast_to(np.int64(0), cl.shape)    # one row: no array per entry
         tables.append(decide(task, start, stop, row, cl, conn, labels, cw))
         del row, cl, conn
     table = np.concatenate(tables)
@@ -181,21 +181,26 @@ def _propose_connections(task: RoundTask, csr: RangeCSR, labels: np.ndarray,
 def _proposals(task: RoundTask, start: int, stop: int, row: np.ndarray, cl: np.ndarray,
                conn: np.ndarray, labels: np.ndarray, cw: np.ndarray) -> np.ndarray:
     """The proposals of rows ``start:stop`` from their connections, in row order. Each row's
-    best candidate that fits, decided ``CANDIDATES`` candidates at a time and then among the
-    winners of each row (the same pick: a tie goes to the first). Holds 8 B per candidate
-    besides the connections: a hub's coarse node has millions, and the room check gathers
-    a weight row for each (a 4.1M-entry row held 445 MB at level 1 of the planted 10^9
-    graph)."""
+    best candidate that fits, decided ``CANDIDATES`` connections at a time and then among the
+    winners of each row (the same pick: a tie goes to the first). Holds a few arrays of
+    ``CANDIDATES`` besides the connections: a hub's coarse node has millions, and the room
+    check gathers a weight row for each (a 4.1M-entry row held 445 MB at level 1 of the
+    planted 10^9 graph; with candidates chunked, 152 MB, most of it arrays the size of the
+    row's connections: its own cluster's mask, the candidates' indices)."""
     lv = task.level
     own = np.asarray(labels[start:stop])
     vw = np.asarray(lv.vwgt()[start:stop])
-    mine = cl == own[row]
+    chunks = [slice(a, a + CANDIDATES) for a in range(0, max(len(cl), 1), CANDIDATES)]
     self_conn = np.zeros(stop - start, dtype=np.int64)
-    self_conn[row[mine]] = conn[mine]
-    cand = np.flatnonzero(~mine & (conn > self_conn[row]))
-    del mine
-    won = [_best_fitting(task, start, stop, vw, cw, row[c], cl[c], conn[c])
-           for c in (cand[a:a + CANDIDATES] for a in range(0, max(len(cand), 1), CANDIDATES))]
+    for c in chunks:
+        r = row[c]
+        mine = cl[c] == own[r]
+        self_conn[r[mine]] = conn[c][mine]
+    won = []
+    for c in chunks:
+        r, w = row[c], conn[c]
+        take = (cl[c] != own[r]) & (w > self_conn[r])
+        won.append(_best_fitting(task, start, stop, vw, cw, r[take], cl[c][take], w[take]))
     row, cl, conn, tie = (np.concatenate(x) for x in zip(*won))
     pick = best_per_row(row, conn, tie)
     tie = (tie[pick] >> np.uint64(1)).astype(np.int64)

@@ -69,7 +69,8 @@ def _anon_mb() -> float:
 
 def _free_heap_mb() -> float | None:
     """Bytes (MB) glibc's heaps hold free (``mallinfo2().fordblks``, all arenas); None where
-    the C library is not glibc 2.33+."""
+    the C library is not glibc 2.33+. The structure is declared here, not at module level:
+    tasks travel to the workers by value, and a module-level ctypes class does not pickle."""
     import ctypes
 
     class MallInfo2(ctypes.Structure):

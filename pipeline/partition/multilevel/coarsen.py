@@ -192,7 +192,7 @@ def _proposals(task: RoundTask, start: int, stop: int, row: np.ndarray, cl: np.n
     vw = np.asarray(lv.vwgt()[start:stop])
     chunks = [slice(a, a + CANDIDATES) for a in range(0, max(len(cl), 1), CANDIDATES)]
     self_conn = np.zeros(stop - start, dtype=np.int64)
-    for c in chunks:
+    for c in chunks:          # first all own connections: a row's may lie in a later chunk
         r = row[c]
         mine = cl[c] == own[r]
         self_conn[r[mine]] = conn[c][mine]

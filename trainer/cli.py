@@ -34,6 +34,17 @@ from .runtime.netif import IFACE_HELP, configure_rank
 
 log = logging.getLogger("trainer")
 
+# Past 8 intra-op threads a rank's small GNN batches stop gaining, and they lose badly while the
+# loader thread runs its own torch ops beside them: one rank with 16 threads on a 16-core
+# machine took 4.7x the forward/backward time of 8 (RESULTS.md, the lent GPU machine's CPU).
+MAX_DEFAULT_THREADS = 8
+
+
+def default_threads(cores: int, ranks_here: int) -> int:
+    """torch intra-op threads for one of ``ranks_here`` ranks on a host with ``cores`` cores:
+    an equal share of the cores, at least 1 and at most ``MAX_DEFAULT_THREADS``."""
+    return max(1, min(MAX_DEFAULT_THREADS, cores // ranks_here))
+
 
 def _ints(ctx, param, value):
     if value is None:
@@ -167,7 +178,8 @@ class BadInput(click.ClickException):
                    "own earlier output (refused without it). Never allowed when they are, hold "
                    "or lie inside the graph's or a part's folder.")
 @click.option("--threads", default=0, help="torch threads per rank; 0 = this machine's cores "
-                                           "divided by its ranks.")
+                                           "divided by its ranks, at most "
+                                           f"{MAX_DEFAULT_THREADS}.")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on rank 0 (only when stderr is a terminal and TQDM_DISABLE is "
                    "unset).")
 @click.option("-v", "--verbose", is_flag=True, help="Log every rank, not only rank 0.")
@@ -333,7 +345,7 @@ def run_as_rank(work, meta, *, rank: int, part: int, device: str, iface: str | N
     # torch's own DDP setup calls a deprecated path (Backend as ProcessGroup): not ours to fix
     warnings.filterwarnings("ignore", message="You are using a Backend")
     local = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local))
+    torch.set_num_threads(threads or default_threads(os.cpu_count() or 1, local))
     try:
         return work()
     except BaseException as err:  # noqa: BLE001 - any failure ends the rank, loudly

@@ -31,6 +31,8 @@ def train(graph_json: str, workdir: str, args, *extra: str) -> dict:
            str(args.batch_size), "--metrics-out", metrics,
            "--checkpoint-dir", os.path.join(workdir, f"ckpt-{name}"), "--device", args.device,
            "--placement", args.placement, *extra]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     with open(metrics) as f:
         data = json.load(f)
@@ -59,13 +61,16 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--placement", default="cpu", choices=["cpu", "pinned", "cuda"])
     ap.add_argument("--workdir", default=None, help="keep the prepared graphs here")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads per rank; 0 = the trainer's default (cores / ranks)")
     # --quick keeps 2 epochs: the mean leaves the first one out.
     args = parse_args(ap, {"edges": 2 * 10**4, "epochs": 2, "fanouts": "5,5",
                            "batch_size": 64})
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-train-")
     graphs = partitioned_synth(workdir, args.edges, (1, 2))
     res = {"edges": args.edges, "fanouts": args.fanouts, "batch_size": args.batch_size,
-           "device": args.device, "placement": args.placement, "cores": os.cpu_count()}
+           "device": args.device, "placement": args.placement, "cores": os.cpu_count(),
+           "threads_per_rank": args.threads or "cores / ranks"}
     res["1_part_1_rank"] = train(graphs[1], workdir, args)
     res["2_parts_2_ranks"] = train(graphs[2], workdir, args)
     res["2_parts_2_ranks_no_halo_cache"] = train(graphs[2], workdir, args, "--cache-mb", "0")

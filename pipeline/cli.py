@@ -15,8 +15,8 @@ import click
 from formats import FormatError
 from formats.cli_types import FiniteFloat, OneLineErrors
 from formats.console import setup_logging, show_progress
-from .cluster import (LOST_WORKER_TIMEOUT_KEY, LOST_WORKER_TIMEOUT_S, ClusterOptions,
-                      tls_security)
+from .cluster import (AUTO_RECYCLE_MB, LOST_WORKER_TIMEOUT_KEY, LOST_WORKER_TIMEOUT_S,
+                      RECYCLE_MB_KEY, ClusterOptions, tls_security)
 
 log = logging.getLogger("pipeline")
 
@@ -65,6 +65,18 @@ def describe_failure(err: BaseException) -> str:
     return f"{name}: {err} (-v shows the traceback)"
 
 
+def _recycle_mb(ctx, param, value):
+    if value == "auto":
+        return value
+    try:
+        mb = int(value)
+    except ValueError:
+        mb = -1
+    if mb < 0:
+        raise click.BadParameter(f"{value!r}: a number of MB (0: never) or 'auto'")
+    return mb
+
+
 def cluster_options(fn):
     """The options every Dask step shares; passes ``cluster: ClusterOptions``."""
     @click.option("--scheduler", metavar="ADDR", default=None,
@@ -92,18 +104,27 @@ def cluster_options(fn):
                   help="A worker that left the cluster while tasks pinned to it (a --machines "
                        "name) or all work waited for it: fail naming it after this long. "
                        "Unpinned tasks of a lost worker are rerun elsewhere at once.")
+    @click.option("--recycle-mb", default="auto", show_default=True, callback=_recycle_mb,
+                  metavar="MB|auto",
+                  help="Restart a worker between two passes of a step when it holds more than "
+                       "this much anonymous memory: freed heap that its next tasks would only "
+                       "fragment further (passes share files, so nothing is lost; ~1 s a "
+                       f"restart). auto: {AUTO_RECYCLE_MB} on the embedded cluster, never on a "
+                       "--scheduler cluster, whose workers may serve others (a restart needs "
+                       "their nannies). 0: never.")
     @click.option("-v", "--verbose", count=True,
                   help="More log output (-v info and tracebacks of failures, -vv debug).")
     @functools.wraps(fn)
     def wrapper(*args, scheduler, tls_ca_file, tls_cert, tls_key, workers, memory_limit,
-                progress, lost_worker_timeout, verbose, **kwargs):
+                progress, lost_worker_timeout, recycle_mb, verbose, **kwargs):
         import dask
 
         _setup_logging(verbose)
         security = tls_security(scheduler, tls_ca_file, tls_cert, tls_key)
         cluster = ClusterOptions(scheduler, workers, memory_limit, show_progress(progress),
                                  security=security)
-        with dask.config.set({LOST_WORKER_TIMEOUT_KEY: lost_worker_timeout}):
+        with dask.config.set({LOST_WORKER_TIMEOUT_KEY: lost_worker_timeout,
+                              RECYCLE_MB_KEY: recycle_mb}):
             return fn(*args, cluster=cluster, **kwargs)
     return wrapper
 

@@ -20,6 +20,11 @@ log = logging.getLogger(__name__)
 
 LOST_WORKER_TIMEOUT_KEY = "graphprep.lost-worker-timeout"   # dask.config key, seconds
 LOST_WORKER_TIMEOUT_S = 120.0
+RECYCLE_MB_KEY = "graphprep.recycle-mb"    # dask.config key: MB, 0 = never, "auto"
+# Held anonymous memory above which a worker is restarted between passes (recycle.py), on the
+# embedded cluster. A fresh worker holds ~60 MB and ~135 MB once a task has imported pyarrow
+# and numpy and filled their pools; 256 MB leaves room for a pass's own growth.
+AUTO_RECYCLE_MB = 256
 
 
 @dataclass(frozen=True)
@@ -131,14 +136,6 @@ def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD) -> bool:
         return False
 
 
-def on_every_worker(runner, fn: Callable) -> None:
-    """Run ``fn()`` once on every worker of ``runner``'s cluster (in-process runners: nowhere).
-    A worker that joins later does not run it."""
-    client = getattr(runner, "client", None)
-    if client is not None:
-        client.run(fn)
-
-
 # Under load a worker's last heartbeat can race the scheduler's close; Dask then logs a
 # CommClosedError traceback at ERROR after a run that succeeded (dask/distributed#7105, #9032).
 # Every failure that matters reaches the client as its task's exception, so embedded clusters
@@ -223,7 +220,11 @@ class TaskRunner:
     def __init__(self, client, progress: bool = True, lost_worker_timeout: float | None = None):
         import dask
 
+        from .recycle import Recycler, recycle_limit_bytes
+
         self.client, self.progress = client, progress
+        limit = recycle_limit_bytes(client)
+        self.recycler = Recycler(client, limit) if limit is not None else None
         self.lost_worker_timeout = lost_worker_timeout if lost_worker_timeout is not None else \
             float(dask.config.get(LOST_WORKER_TIMEOUT_KEY, LOST_WORKER_TIMEOUT_S))
 
@@ -235,6 +236,8 @@ class TaskRunner:
         items = list(items)
         if not items:
             return []
+        if self.recycler is not None and self.recycler.active:
+            self.recycler()     # between passes: no task of this runner is running
         desc = desc or getattr(fn, "__name__", "tasks")
         pins = list(workers) if workers is not None else [None] * len(items)
         futures = [self._submit(fn, item, pin) for item, pin in zip(items, pins)]

@@ -31,8 +31,11 @@ the combined weight's imbalance (``imbalance_ntypes+edges``).
 Each measurement uses fresh processes, so peak RSS is that run's own. Metis is skipped (with
 the reason) where ``--method auto`` would not pick it: its estimated peak does not fit (and
 ``prep_kaminpar`` where its own estimate, ``estimate.kaminpar_peak_bytes``, does not).
-Each measurement runs twice: timed with peak RSS, then again for the sampled peaks (the sampler
-slows the run it watches; its time is given as ``seconds_sampled_run``).
+Each measurement runs once, its workers' memory sampled from the benchmark's process
+(``common.WorkerMemorySampler``: reading three ``/proc`` status files 20 times a second, nothing
+in the workers; until 2026-11-28 a sampler inside the workers made a second, untimed run
+necessary, ``seconds_sampled_run``). Workers the runner restarts between passes count with
+their own peaks.
 ``--quick``: 10^5 edges, 2 parts (seconds; for the test suite; coarsening still happens).
 """
 
@@ -132,21 +135,15 @@ def run_ours(graph: str, out: str, method: str, p: int, coarse_edges: int | None
     multilevel balance node counts, edges and training nodes; before issue 30, node counts)."""
     balance = balance_constraints(balance, method)
     options = PartitionOptions(p, balance=balance, coarse_edges=coarse_edges)
-    # Timed without the sampler: when it read smaps_rollup (a walk of every mapping) it
-    # slowed multilevel's memory-mapped passes by ~30%; it now reads /proc/self/status, but
-    # the timed run still has nothing beside it. Peak RSS is the kernel's, exact either way.
     with fresh_cluster() as (opts, client):
+        start_memory_sampler(client)
         with timer() as t:
             meta = run_partition(graph, out, method, options, opts, overwrite=True)
         rss = worker_peak_rss_mb(client)
-    with fresh_cluster() as (opts, client):
-        start_memory_sampler(client)
-        with timer() as t_sampled:
-            run_partition(graph, out, method, options, opts, overwrite=True)
         sampled = sampled_peaks_mb(client)
     s = meta.stats
-    row = {"seconds": round(t["s"], 2), "seconds_sampled_run": round(t_sampled["s"], 2),
-           "worker_peak_rss_mb": rss,
+    row = {"seconds": round(t["s"], 2), "worker_peak_rss_mb": rss,
+           "worker_processes": sampled["worker_processes"],
            "worker_peak_anon_mb": sampled["anon"],
            "worker_peak_file_backed_mb": sampled["file_backed"], "edge_cut": s["edge_cut"],
            "cut_ratio": s["cut_ratio"], "imbalance_nodes": s["imbalance"]["nodes"],

@@ -106,6 +106,7 @@ def step(name, edges, fn, disk_of: str):
     row = {"seconds": round(t["s"], 2), "edges_per_s": round(edges / t["s"]),
            "worker_peak_rss_mb": rss, "worker_peak_anon_mb": sampled["anon"],
            "worker_peak_file_backed_mb": sampled["file_backed"],
+           "worker_processes": sampled["worker_processes"],
            "peak_disk_written_mb": disk.peak_mb}
     stats = getattr(out, "stats", None)
     if stats:

@@ -38,13 +38,26 @@ def parse_args(ap: argparse.ArgumentParser, quick: dict) -> argparse.Namespace:
 
 @contextmanager
 def fresh_cluster(workers: int = 2):
-    """Yields ``(ClusterOptions pointing at it, client)``; workers are new processes."""
+    """Yields ``(ClusterOptions pointing at it, client)``; workers are new processes, sampled
+    from here while it is open (:class:`WorkerMemorySampler`; read with
+    :func:`worker_peak_rss_mb` and :func:`sampled_peaks_mb`)."""
+    import dask
     from distributed import Client
 
-    from pipeline.cluster import local_cluster
+    from pipeline.cluster import AUTO_RECYCLE_MB, RECYCLE_MB_KEY, local_cluster
 
-    with local_cluster(workers) as cluster, Client(cluster) as client:
-        yield ClusterOptions(scheduler=cluster.scheduler_address, progress=False), client
+    # The step connects by address, where --recycle-mb's "auto" means never: this cluster is
+    # this process's own, like the embedded one, so it gets the embedded default (a
+    # DASK_GRAPHPREP__RECYCLE_MB in the environment still decides).
+    recycle = dask.config.get(RECYCLE_MB_KEY, "auto")
+    with local_cluster(workers) as cluster, Client(cluster) as client, \
+            WorkerMemorySampler() as sampler, dask.config.set(
+                {RECYCLE_MB_KEY: AUTO_RECYCLE_MB if recycle == "auto" else recycle}):
+        _SAMPLERS[id(client)] = sampler
+        try:
+            yield ClusterOptions(scheduler=cluster.scheduler_address, progress=False), client
+        finally:
+            _SAMPLERS.pop(id(client), None)
 
 
 def worker_rss_now_mb(client) -> list[float]:
@@ -55,53 +68,137 @@ def worker_rss_now_mb(client) -> list[float]:
 
 
 def worker_peak_rss_mb(client) -> list[float]:
+    """Each worker's peak RSS (the kernel's high-water mark, ``VmHWM``), MB, sorted. On a
+    :func:`fresh_cluster`: per worker process its sampler saw, the largest
+    ones, one per worker slot; workers restarted between passes count with their own peaks."""
+    sampler = _SAMPLERS.get(id(client))
+    if sampler is not None:
+        sampler.sample()
+        return sampler.peaks_mb("hwm", slots=len(client.scheduler_info()["workers"]))
     return sorted(round(v / MB, 1) for v in client.run(peak_rss_bytes).values())
 
 
-def start_memory_sampler(client, interval_s: float = 0.05) -> None:
-    """In every worker, a thread sampling ``/proc/self/status`` every ``interval_s``: the peak
-    *anonymous* memory (``RssAnon``: heap, numpy arrays) apart from the peak file-backed
-    resident pages (``RssFile + RssShmem``: memory-mapped files, which the kernel can drop and
-    reread, and shared libraries). Read with :func:`sampled_peaks_mb`. These are the kernel's
-    running counters, O(1) to read; ``smaps_rollup`` gives the same figures by walking every
-    page table, which at 10^9 edges (GBs of mapped level files) took over a third of each
-    worker's CPU at this rate. The functions sent to the workers are closures so that they
-    travel by value (workers cannot import this file)."""
-    def start(dask_worker, interval_s=interval_s):
-        import threading
+class PeriodicSampler:
+    """A daemon thread that calls :meth:`sample` every ``interval_s`` while the ``with`` block
+    runs, and once more as it ends (so a peak reached just before the end counts)."""
 
-        def counters():
-            fields = {}
-            with open("/proc/self/status") as f:
-                for line in f:
-                    parts = line.split()
-                    if len(parts) == 3 and parts[2] == "kB":
-                        fields[parts[0].rstrip(":")] = int(parts[1]) << 10
-            return fields
+    def __init__(self, interval_s: float):
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
 
-        state = {"anon": 0, "file": 0, "stop": threading.Event()}
+    def sample(self) -> None:
+        raise NotImplementedError
 
-        def loop():
-            while not state["stop"].is_set():
-                m = counters()
-                state["anon"] = max(state["anon"], m.get("RssAnon", 0))
-                state["file"] = max(state["file"], m.get("RssFile", 0) + m.get("RssShmem", 0))
-                state["stop"].wait(interval_s)
-        threading.Thread(target=loop, daemon=True).start()
-        dask_worker.graphprep_memory_sampler = state
-    client.run(start)
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.sample()
 
 
-def sampled_peaks_mb(client) -> dict[str, list[float]]:
-    """Stops the samplers; ``{"anon": [...], "file_backed": [...]}``, MB per worker (sorted
-    by anonymous peak)."""
-    def stop(dask_worker):
-        state = dask_worker.graphprep_memory_sampler
-        state["stop"].set()
-        return state["anon"], state["file"]
-    peaks = sorted(client.run(stop).values())
-    return {"anon": [round(a / MB, 1) for a, _ in peaks],
-            "file_backed": [round(f / MB, 1) for _, f in peaks]}
+def _status_counters(pid: int) -> dict[str, int] | None:
+    """The kB counters of ``/proc/PID/status`` in bytes (None once the process is gone): the
+    kernel's running figures, O(1) to read (``smaps_rollup`` walks every page table, which
+    at 10^9 edges, GBs of mapped level files, cost a third of a worker's CPU at 20 Hz)."""
+    fields = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 3 and parts[2] == "kB":
+                    fields[parts[0].rstrip(":")] = int(parts[1]) << 10
+    except OSError:
+        return None
+    return fields
+
+
+class WorkerMemorySampler(PeriodicSampler):
+    """Samples, from this process, every Dask worker process it has started (those of
+    :func:`fresh_cluster`: children running multiprocessing's ``spawn_main``), every
+    ``interval_s``: per process the peak *anonymous* memory (``RssAnon``: heap, numpy
+    arrays), the peak file-backed resident pages (``RssFile + RssShmem``: memory-mapped
+    files, which the kernel can drop and reread, and shared libraries) and ``VmHWM``. From
+    outside, so that a worker restarted between passes (``pipeline.recycle``) keeps its
+    figures and its successor is found (the process list is refreshed every ``refresh_s``
+    and whenever a process has gone)."""
+
+    def __init__(self, interval_s: float = 0.05, refresh_s: float = 0.5):
+        super().__init__(interval_s)
+        self.refresh_every = max(1, round(refresh_s / interval_s))
+        self.peaks: dict[int, dict[str, int]] = {}
+        self._count, self._known_other = 0, set()
+        self._lock = threading.Lock()
+        self._refresh()
+
+    def _refresh(self) -> None:
+        import psutil
+        for child in psutil.Process().children(recursive=True):
+            if child.pid in self.peaks or child.pid in self._known_other:
+                continue
+            try:
+                worker = "spawn_main" in " ".join(child.cmdline())
+            except psutil.Error:
+                continue
+            if worker:
+                self.peaks[child.pid] = {"anon": 0, "file": 0, "hwm": 0, "alive": 1}
+            else:
+                self._known_other.add(child.pid)
+
+    def sample(self) -> None:
+        with self._lock:
+            self._count += 1
+            gone = False
+            for pid, peak in self.peaks.items():
+                if not peak["alive"]:
+                    continue
+                m = _status_counters(pid)
+                if m is None:
+                    peak["alive"], gone = 0, True
+                    continue
+                peak["anon"] = max(peak["anon"], m.get("RssAnon", 0))
+                peak["file"] = max(peak["file"], m.get("RssFile", 0) + m.get("RssShmem", 0))
+                peak["hwm"] = max(peak["hwm"], m.get("VmHWM", 0))
+            if gone or self._count % self.refresh_every == 0:
+                self._refresh()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.peaks = {pid: {"anon": 0, "file": 0, "hwm": 0, "alive": 1}
+                          for pid, p in self.peaks.items() if p["alive"]}
+
+    def peaks_mb(self, key: str, slots: int | None = None) -> list[float]:
+        """Per process, MB, sorted; ``slots``: only the largest that many."""
+        values = sorted(p[key] for p in self.peaks.values())
+        return [round(v / MB, 1) for v in values[-slots if slots else 0:]]
+
+
+_SAMPLERS: dict[int, WorkerMemorySampler] = {}
+
+
+def start_memory_sampler(client) -> None:
+    """Forget what ``client``'s sampler has seen so far (the cluster's start), so that the
+    peaks read next are those of the job that follows."""
+    _SAMPLERS[id(client)].reset()
+
+
+def sampled_peaks_mb(client) -> dict:
+    """``{"anon": [...], "file_backed": [...], "hwm": [...]}``, MB, one per worker slot: the
+    largest peaks of any worker process (sorted), and ``worker_processes``: how many there
+    were (more than the workers when some were restarted between passes)."""
+    sampler = _SAMPLERS[id(client)]
+    sampler.sample()
+    slots = len(client.scheduler_info()["workers"])
+    return {"anon": sampler.peaks_mb("anon", slots),
+            "file_backed": sampler.peaks_mb("file", slots),
+            "hwm": sampler.peaks_mb("hwm", slots), "worker_processes": len(sampler.peaks)}
 
 
 @contextmanager
@@ -177,29 +274,3 @@ def graph_spec(args, edges: int, feat_dim: int, scale: int | None = None):
             scale = max(1, round(math.log2(edges / args.edge_factor)))
         return SynthSpec.from_scale(scale, args.edge_factor, feat_dim=feat_dim)
     return SynthSpec(num_nodes=edges // 10, num_edges=edges, feat_dim=feat_dim)
-
-
-class PeriodicSampler:
-    """A daemon thread that calls :meth:`sample` every ``interval_s`` while the ``with`` block
-    runs, and once more as it ends (so a peak reached just before the end counts)."""
-
-    def __init__(self, interval_s: float):
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def sample(self) -> None:
-        raise NotImplementedError
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.sample()
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self.sample()

@@ -17,7 +17,8 @@ import numpy as np
 
 from formats import ChunkedGraph
 
-from ...cluster import fix_mmap_threshold, on_every_worker
+from ...cluster import fix_mmap_threshold
+from ...recycle import on_every_worker
 from ..base import PartitionOptions, create_assignment_files, require_a_node_per_part
 from ..metis_method import OBJECTIVES, type_offsets
 from ..weights import counts_combined

@@ -123,26 +123,34 @@ class _Sampled:
 
 
 class SampledRunner:
-    """A cluster runner whose tasks each record their worker's memory (:class:`_Sampled`)."""
+    """A cluster runner whose tasks each record their worker's memory (:class:`_Sampled`),
+    fetched after every pass: a worker restarted before the next one (``pipeline.recycle``)
+    takes nothing with it."""
 
     def __init__(self, runner):
         self.runner, self.client = runner, runner.client
+        self.records: list[tuple] = []
 
     def __call__(self, fn, items, desc=None, **kwargs):
         desc = desc or getattr(fn, "__name__", "tasks")
-        return self.runner(_Sampled(fn, desc), list(enumerate(items)), desc, **kwargs)
+        out = self.runner(_Sampled(fn, desc), list(enumerate(items)), desc, **kwargs)
+
+        def take(dask_worker):
+            records = getattr(dask_worker, "graphprep_task_peaks", [])
+            dask_worker.graphprep_task_peaks = []
+            return records
+        for worker, records in self.client.run(take).items():
+            self.records += [(worker, *r) for r in records]
+        return out
 
     def peaks(self) -> dict[str, dict]:
         """Per pass, the task of the largest peak: ``{"mb", "held_mb", "held_free_heap_mb",
         "task", "worker"}``."""
-        def collect(dask_worker):
-            return getattr(dask_worker, "graphprep_task_peaks", [])
         out: dict[str, dict] = {}
-        for worker, records in self.client.run(collect).items():
-            for desc, index, held, free, peak in records:
-                if peak > out.get(desc, {"mb": -1})["mb"]:
-                    out[desc] = {"mb": peak, "held_mb": held, "held_free_heap_mb": free,
-                                 "task": index, "worker": worker}
+        for worker, desc, index, held, free, peak in self.records:
+            if peak > out.get(desc, {"mb": -1})["mb"]:
+                out[desc] = {"mb": peak, "held_mb": held, "held_free_heap_mb": free,
+                             "task": index, "worker": worker}
         return dict(sorted(out.items(), key=lambda kv: -kv[1]["mb"]))
 
 
@@ -158,7 +166,9 @@ def on_workers(args, graph, partitioner, options) -> dict:
         start = time.perf_counter()
         partitioner.assign(graph, options, runner, out)
         seconds = time.perf_counter() - start
+        recycler = runner.runner.recycler
         return {"seconds": round(seconds, 1), "levels": partitioner.info["levels"],
+                "workers_restarted": recycler.restarts if recycler else 0,
                 "largest_worker_peak_per_pass": runner.peaks()}
 
 

@@ -11,15 +11,19 @@ import pytest
 
 from formats import load_chunked_graph
 from pipeline import api
-from pipeline.cluster import local_cluster, peak_rss_bytes
+from pipeline.cluster import RECYCLE_MB_KEY, local_cluster, peak_rss_bytes
 from pipeline.estimate import MB, Estimate, estimate_dispatch, estimate_partition
 from pipeline.synth import SynthSpec, plan
 
 
 def _measured_peak(step) -> int:
-    """The largest worker peak RSS (VmHWM) of ``step(client)`` on a fresh 2-worker cluster."""
+    """The largest worker peak RSS (VmHWM) of ``step(client)`` on a fresh 2-worker cluster,
+    whose workers are never restarted between passes (``--recycle-mb 0``): a restarted worker's
+    high-water mark would leave with it."""
+    import dask
     from distributed import Client
-    with local_cluster(2) as cluster, Client(cluster) as client:
+    with local_cluster(2) as cluster, Client(cluster) as client, \
+            dask.config.set({RECYCLE_MB_KEY: 0}):
         step(client)
         return max(client.run(peak_rss_bytes).values())
 

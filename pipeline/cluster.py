@@ -212,6 +212,9 @@ class TaskRunner:
     a named worker (a machine) is resubmitted when a worker of that name comes back (Dask binds
     a name to an address at submit time, so the pinned task would wait forever), and when none
     does within ``lost_worker_timeout`` seconds the step fails naming the worker.
+
+    Before each call, workers holding more anonymous memory than ``--recycle-mb`` are
+    restarted (``recycle.Recycler``; by default on the embedded cluster only).
     """
 
     POLL_S = 1.0

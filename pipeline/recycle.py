@@ -22,6 +22,8 @@ from typing import Callable
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from formats.memory import status_counters
+
 from .cluster import AUTO_RECYCLE_MB, RECYCLE_MB_KEY
 
 log = logging.getLogger(__name__)
@@ -44,14 +46,7 @@ def recycle_limit_bytes(client) -> int | None:
 def anon_bytes() -> int:
     """This process's resident anonymous memory (``RssAnon``: heap and arrays, not mapped
     files), 0 where /proc does not say."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) << 10
-    except OSError:
-        pass
-    return 0
+    return (status_counters() or {}).get("RssAnon", 0)
 
 
 class WorkerSetup(WorkerPlugin):

@@ -53,6 +53,7 @@ import numpy as np  # noqa: E402
 from common import (MB, fresh_cluster, parse_args, run_baseline, sampled_peaks_mb,  # noqa: E402
                     start_memory_sampler, worker_peak_rss_mb, worker_rss_now_mb)
 from dgl_writer import dgl_chunk_graph  # noqa: E402
+from formats.memory import status_counters  # noqa: E402
 
 PANDAS_MISSING = ("bench_dgl_input.py needs pandas for DGL's own array readers (the baseline): "
                   "pip install -c constraints.txt '.[bench]' (from the project root)")
@@ -200,14 +201,7 @@ def vm_hwm(pid: int) -> int:
     """``VmHWM`` of a running process (bytes; 0 once it has exited): the CLI process's own
     peak, its client side (metadata, scheduling). Not ru_maxrss: a child started by fork
     starts from this (large) process's resident size."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return (status_counters(pid) or {}).get("VmHWM", 0)
 
 
 def warnings_of(output: str) -> list[str]:

@@ -11,6 +11,7 @@ import threading
 import time
 from contextlib import contextmanager
 
+from formats.memory import status_counters
 from pipeline.cluster import ClusterOptions, peak_rss_bytes
 
 MB = 1 << 20
@@ -104,22 +105,6 @@ class PeriodicSampler:
         self.sample()
 
 
-def _status_counters(pid: int) -> dict[str, int] | None:
-    """The kB counters of ``/proc/PID/status`` in bytes (None once the process is gone): the
-    kernel's running figures, O(1) to read (``smaps_rollup`` walks every page table, which
-    at 10^9 edges, GBs of mapped level files, cost a third of a worker's CPU at 20 Hz)."""
-    fields = {}
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) == 3 and parts[2] == "kB":
-                    fields[parts[0].rstrip(":")] = int(parts[1]) << 10
-    except OSError:
-        return None
-    return fields
-
-
 class WorkerMemorySampler(PeriodicSampler):
     """Samples, from this process, every Dask worker process it has started (those of
     :func:`fresh_cluster`: children running multiprocessing's ``spawn_main``), every
@@ -159,7 +144,7 @@ class WorkerMemorySampler(PeriodicSampler):
             for pid, peak in self.peaks.items():
                 if not peak["alive"]:
                     continue
-                m = _status_counters(pid)
+                m = status_counters(pid)
                 if m is None:
                     peak["alive"], gone = 0, True
                     continue

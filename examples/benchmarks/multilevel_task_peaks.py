@@ -63,8 +63,8 @@ class PeakRunner:
 
 
 def _anon_mb() -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("RssAnon")) / 1024
+    from pipeline.recycle import anon_bytes
+    return anon_bytes() / 2**20
 
 
 def _free_heap_mb() -> float | None:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -61,12 +62,22 @@ class WorkerSetup(WorkerPlugin):
         self.fn()
 
 
-def on_every_worker(runner, fn: Callable[[], object]) -> None:
-    """Run ``fn()`` on every worker of ``runner``'s cluster, now and in every worker process
-    that starts later (in-process runners: nowhere)."""
+@contextmanager
+def on_every_worker(runner, fn: Callable[[], object]) -> Iterator[None]:
+    """While the block runs, ``fn()`` runs on every worker of ``runner``'s cluster: now and in
+    every worker process that starts (or restarts) before the block ends (in-process runners:
+    nowhere). A process keeps what ``fn`` set; only its successors start without it, so a
+    step's setting does not follow a shared cluster into the next step's restarted workers."""
     client = getattr(runner, "client", None)
-    if client is not None:
-        client.register_plugin(WorkerSetup(fn), name=f"graphprep-{fn.__name__}")
+    if client is None:
+        yield
+        return
+    name = f"graphprep-{fn.__name__}"
+    client.register_plugin(WorkerSetup(fn), name=name)
+    try:
+        yield
+    finally:
+        client.unregister_worker_plugin(name)
 
 
 class Recycler:

@@ -29,21 +29,28 @@ def _mark():
     os.environ["GRAPHPREP_TEST_SETUP"] = str(os.getpid())
 
 
+def _marks(client) -> list:
+    return sorted(client.run(lambda: os.environ.get("GRAPHPREP_TEST_SETUP", "")).values())
+
+
 def test_only_workers_over_the_limit_restart_and_their_setup_runs_again(own_cluster):
     client = own_cluster
-    on_every_worker(TaskRunner(client, progress=False), _mark)
-    before = _pids(client)
-    held = client.run(anon_bytes)
-    assert all(b > 10 << 20 for b in held.values()), held      # a worker holds > 10 MB
-    Recycler(client, max(held.values()) + (64 << 20))()         # nobody over: nobody restarts
-    assert _pids(client) == before
-    recycler = Recycler(client, 1 << 20)
-    recycler()
-    after = _pids(client)
-    assert recycler.restarts == 2 and not set(after.values()) & set(before.values())
-    # the setup registered before the restart ran in the new processes
-    marks = client.run(lambda: os.environ.get("GRAPHPREP_TEST_SETUP"))
-    assert sorted(marks.values()) == sorted(str(p) for p in after.values())
+    with on_every_worker(TaskRunner(client, progress=False), _mark):
+        before = _pids(client)
+        assert _marks(client) == sorted(str(p) for p in before.values())
+        held = client.run(anon_bytes)
+        assert all(b > 10 << 20 for b in held.values()), held      # a worker holds > 10 MB
+        Recycler(client, max(held.values()) + (64 << 20))()         # nobody over: nobody restarts
+        assert _pids(client) == before
+        recycler = Recycler(client, 1 << 20)
+        recycler()
+        after = _pids(client)
+        assert recycler.restarts == 2 and not set(after.values()) & set(before.values())
+        # the setup registered before the restart ran in the new processes
+        assert _marks(client) == sorted(str(p) for p in after.values())
+    # once the step is over its setup does not follow into processes started later
+    client.restart()
+    assert _marks(client) == ["", ""]
 
 
 class EveryEighthPass(Recycler):

@@ -105,18 +105,19 @@ class MultilevelPartitioner:
         k = options.num_parts
         require_a_node_per_part(graph, k)
         work = os.path.join(out, ".multilevel")
-        # Freed heap holes held a 10^9-edge worker's peak up: arrays over 8 MB go back at free.
-        on_every_worker(runner, fix_mmap_threshold)
         shutil.rmtree(work, ignore_errors=True)
-        try:
-            parts0 = self._run(graph, options, runner, work)
-            create_assignment_files(graph, out)
-            spans = tuple((t, off, graph.num_nodes[t]) for t, off in type_offsets(graph).items())
-            runner(write_assignment, [WriteTask(self.levels[0], r, parts0, out, spans)
-                                      for r in range(self.levels[0].num_ranges)],
-                   "multilevel: write")
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        # Freed heap holes held a 10^9-edge worker's peak up: arrays over 8 MB go back at free.
+        with on_every_worker(runner, fix_mmap_threshold):
+            try:
+                parts0 = self._run(graph, options, runner, work)
+                create_assignment_files(graph, out)
+                spans = tuple((t, off, graph.num_nodes[t])
+                              for t, off in type_offsets(graph).items())
+                runner(write_assignment, [WriteTask(self.levels[0], r, parts0, out, spans)
+                                          for r in range(self.levels[0].num_ranges)],
+                       "multilevel: write")
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
         return self.name
 
     def _run(self, graph, options: PartitionOptions, runner, work: str) -> str:

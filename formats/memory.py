@@ -19,6 +19,12 @@ def status_counters(pid: int | str = "self") -> dict[str, int] | None:
     return fields
 
 
+def anon_bytes() -> int:
+    """This process's resident anonymous memory (``RssAnon``: heap and arrays, not mapped
+    files), 0 where /proc does not say."""
+    return (status_counters() or {}).get("RssAnon", 0)
+
+
 def peak_rss_bytes() -> int:
     """Peak resident set size of this process: ``VmHWM``, the high-water mark of its own
     address space. (``ru_maxrss`` is kept across exec, so a worker spawned by a large parent

@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from formats.memory import status_counters
+from formats.memory import anon_bytes
 
 from .cluster import AUTO_RECYCLE_MB, RECYCLE_MB_KEY
 
@@ -42,12 +42,6 @@ def recycle_limit_bytes(client) -> int | None:
         return AUTO_RECYCLE_MB << 20 if getattr(client, "cluster", None) is not None else None
     mb = int(value)
     return mb << 20 if mb > 0 else None
-
-
-def anon_bytes() -> int:
-    """This process's resident anonymous memory (``RssAnon``: heap and arrays, not mapped
-    files), 0 where /proc does not say."""
-    return (status_counters() or {}).get("RssAnon", 0)
 
 
 class WorkerSetup(WorkerPlugin):

@@ -10,8 +10,9 @@ from distributed import Client
 
 from test_multilevel import assign, options
 
+from formats.memory import anon_bytes
 from pipeline.cluster import AUTO_RECYCLE_MB, RECYCLE_MB_KEY, TaskRunner, local_cluster
-from pipeline.recycle import Recycler, anon_bytes, on_every_worker, recycle_limit_bytes
+from pipeline.recycle import Recycler, on_every_worker, recycle_limit_bytes
 
 
 @pytest.fixture

@@ -63,7 +63,7 @@ class PeakRunner:
 
 
 def _anon_mb() -> float:
-    from pipeline.recycle import anon_bytes
+    from formats.memory import anon_bytes
     return anon_bytes() / 2**20
 
 

@@ -73,6 +73,9 @@ def csv_columns(path: str, opts: ChunkOptions) -> CsvColumns | None:
     names = fields if header else [str(i) for i in range(len(fields))]
     src = _column(opts.src_col, "src", names, header, path, 0)
     dst = _column(opts.dst_col, "dst", names, header, path, 1)
+    if src == dst:
+        raise FormatError(f"--src-col and --dst-col name the same column: {names[dst]!r}",
+                          file=path, field="--dst-col")
     return CsvColumns(delimiter, header, src, dst, len(fields))
 
 
@@ -101,6 +104,9 @@ def _parquet_parts(path: str, opts: ChunkOptions) -> list[EdgePart]:
         if col not in names:
             raise FormatError(f"column {col!r} not found (columns: {names})", file=path,
                               field=f"--{flag}-col")
+    if src == dst:
+        raise FormatError(f"--src-col and --dst-col name the same column: {dst!r}", file=path,
+                          field="--dst-col")
     return [ParquetEdges(path, src, dst, first, last, start)
             for first, last, start in row_group_runs(path, opts.chunk_size)]
 
@@ -115,8 +121,8 @@ def array_source(path: str) -> ArraySource:
         return ScipyNpzArray.open(path)
     if lower.endswith((".parquet", ".pq")):
         rows = _parquet_file(path).metadata.num_rows
-        return ChunkedArray(path, os.path.dirname(path), ChunkFiles("parquet", (os.path.basename(path),)),
-                            (rows,))
+        return ChunkedArray(path, os.path.dirname(path),
+                            ChunkFiles("parquet", (os.path.basename(path),)), (rows,))
     delimiter = "\t" if lower.endswith(".tsv") else ","
     return CsvArray(path, delimiter)
 
@@ -127,6 +133,13 @@ def from_edge_file(path: str, opts: ChunkOptions) -> SourceGraph:
     for key, file in opts.node_data.items():
         node_data[key.split("/")[-1]] = array_source(file)
     n = opts.num_nodes.get("") or opts.num_nodes.get(HOMO_NODE)
+    if n is None and not node_data:
+        from .keyed import _no_rows, edge_files
+        files = edge_files(path)
+        if files and all(_no_rows(f, opts) for f in files):
+            # named here, by the user's file: the writer's check names no file
+            raise FormatError("holds no edges, so the graph has no nodes: --num-nodes N makes "
+                              "N isolated nodes", file=path)
     name = opts.name or _stem(path)
     return SourceGraph(name, (HOMO_NODE,), {HOMO_NODE: n},
                        (EdgeSource(HOMO_EDGE, tuple(edge_parts(path, opts))),),
@@ -175,7 +188,18 @@ def keyed_source(path: str, folder: bool, opts: ChunkOptions, out: str, staging:
                           "(prep chunk CONFIG.yaml OUT)", file=path)
     tables = [keyed.edge_table(et, f, opts) for et, f in files]
     name = opts.name or (os.path.basename(os.path.abspath(path)) if folder else _stem(path))
-    return keyed.keyed_source(name, tables, opts, out, staging, runner, (path,))
+    source = keyed.keyed_source(name, tables, opts, out, staging, runner, (path,))
+    empty = [t for t in source.node_types if not source.num_nodes.get(t)]
+    if empty:
+        # named here, by the user's file: the graph's own check would name the partial output
+        named = [f for et, fs in files if empty[0] in (et.src, et.dst) for f in fs]
+        raise FormatError(
+            f"no edges, so node type {empty[0]!r} has no keys: a keyed edge list's nodes are "
+            f"the keys its edges name" + ("" if folder else
+                                          " (for isolated nodes give integer IDs and "
+                                          "--num-nodes, without --map-keys)"),
+            file=named[0] if len(named) == 1 else path)
+    return source
 
 
 def from_edge_folder(root: str, opts: ChunkOptions) -> SourceGraph:

@@ -1,6 +1,10 @@
 """Edge lists whose endpoints are keys, not IDs ``0..N-1``: strings (UUIDs, ASINs...), or
 integers with ``--map-keys`` (sparse IDs up to 2^62 must not become 2^62 rows).
 
+CSV endpoints are read as text; a column of numbers is parsed into int64 keys by
+``keys.hashing.parse_integer_keys``, so that a 2^63, a 1.0 or an "abc" among integers is
+refused by its row and value, never read as a double or as a string key.
+
 The keys are mapped out of core (``pipeline.keys``) before the edges are written; the maps
 go beside the graph (``keys/<ntype>/``, FORMATS.md "Keys"). A task holds one part of the
 input, or one bucket of keys (about a chunk).
@@ -8,21 +12,27 @@ input, or one bucket of keys (about a chunk).
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from formats import EdgeType, FormatError
+from ..keys.hashing import parse_integer_keys
 from ..keys.job import EdgeTable
-from ..tables.parts import csv_format, is_parquet, parquet_columns, table_parts
+from ..tables.parts import (CsvTableRange, CsvTableStream, TableFormat, csv_format, is_parquet,
+                            parquet_columns, table_parts)
 from .options import ChunkOptions
 from .sources import SourceGraph
 
 
-def _names(path: str, opts: ChunkOptions) -> tuple[str, str, object]:
-    """The src and dst column names of an edge file, and its CSV format (None for Parquet):
-    ``--src-col``/``--dst-col`` (name or index), else ``src``/``dst``, else the first two."""
+def _names(path: str, opts: ChunkOptions) -> tuple[str, str, TableFormat | None,
+                                                 tuple[str, ...]]:
+    """The src and dst column names of an edge file, its CSV format (None for Parquet), and
+    the endpoint columns read as text and parsed as integers: ``--src-col``/``--dst-col``
+    (name or index), else ``src``/``dst``, else the first two."""
     if is_parquet(path):
         names = parquet_columns(path)
         fmt = None
@@ -32,10 +42,67 @@ def _names(path: str, opts: ChunkOptions) -> tuple[str, str, object]:
         names = list(fmt.names)
     src = _pick(opts.src_col, "src", names, 0, path)
     dst = _pick(opts.dst_col, "dst", names, 1, path)
+    if src == dst:
+        raise FormatError(f"--src-col and --dst-col name the same column: {dst!r}", file=path,
+                          field="--dst-col")
+    integers: tuple[str, ...] = ()
     if fmt is not None:
-        fmt = csv_format(path, (src, dst), delimiter=opts.delimiter, header=fmt.header,
-                         strings=() if opts.map_keys else (src, dst))
-    return src, dst, fmt
+        inferred = csv_format(path, (src, dst), delimiter=opts.delimiter, header=fmt.header)
+        first = csv_format(path, (src, dst), delimiter=opts.delimiter, header=fmt.header,
+                           max_rows=1)
+        # Endpoints are read as text and a column of numbers parsed as integers by
+        # parse_integer_keys, which names the row of a 2^63, a 1.0 or an "abc" (pyarrow's
+        # inference would make a double, or string keys "1.0"). With --map-keys a column
+        # whose first row is a number is one of integers, as has_string_keys decides;
+        # without, only decimals are parsed (to be refused): integer-looking keys beside
+        # strings stay strings.
+        number = (pa.types.is_integer, pa.types.is_floating)
+        integers = tuple(c for (c, t), (_, t1) in zip(inferred.types, first.types)
+                         if pa.types.is_floating(t) or
+                         (opts.map_keys and any(f(t1) for f in number)))
+        fmt = dataclasses.replace(inferred, types=tuple((c, pa.string())
+                                                        for c, _ in inferred.types))
+    return src, dst, fmt, integers
+
+
+class _IntegerKeys:
+    """A CSV part whose ``integers`` columns, read as text, come out as int64 keys (a bad
+    value named by its row within the part, which the key job makes a row of the file)."""
+
+    def tables(self) -> Iterator[pa.Table]:
+        rows = 0
+        for table in super().tables():
+            for c in self.integers:
+                if c in table.column_names:
+                    table = table.set_column(
+                        table.column_names.index(c), c,
+                        parse_integer_keys(table.column(c), file=self.path, field=c,
+                                           row0=rows))
+            rows += table.num_rows
+            yield table
+
+
+@dataclasses.dataclass(frozen=True)
+class IntegerKeysRange(_IntegerKeys, CsvTableRange):
+    """A byte range of an uncompressed CSV, its ``integers`` columns parsed as int64 keys."""
+
+    integers: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class IntegerKeysStream(_IntegerKeys, CsvTableStream):
+    """A compressed CSV streamed, its ``integers`` columns parsed as int64 keys."""
+
+    integers: tuple[str, ...] = ()
+
+
+def _with_integers(part, integers: tuple[str, ...]):
+    """``part`` reading ``integers`` as integer keys (a CSV part; others as they are)."""
+    kind = {CsvTableRange: IntegerKeysRange, CsvTableStream: IntegerKeysStream}.get(type(part))
+    if not integers or kind is None:
+        return part
+    return kind(**{f.name: getattr(part, f.name) for f in dataclasses.fields(part)},
+                integers=integers)
 
 
 def _has_header(path: str, opts: ChunkOptions) -> bool:
@@ -63,22 +130,41 @@ def _empty_csv(path: str, opts: ChunkOptions) -> bool:
     return not is_parquet(path) and csv_columns(path, opts) is None
 
 
-def has_string_keys(files: list[str], opts: ChunkOptions) -> bool:
-    """Whether the first edge file's endpoint columns hold strings (so keys must be mapped):
-    its column types, or for a CSV its first data row (an integer edge list with a typo
-    further down stays an integer list, whose reader names the bad row)."""
-    files = [f for f in files if not _empty_csv(f, opts)]
-    if not files:
+def _no_rows(path: str, opts: ChunkOptions) -> bool:
+    """Whether a CSV holds no data row: empty, or a header line only."""
+    if is_parquet(path):
         return False
-    path = files[0]
-    src, dst, fmt = _names(path, opts)
-    if fmt is None:
-        schema = pq.read_schema(path)
-        types = [schema.field(c).type for c in (src, dst)]
-    else:
-        types = [t for _, t in csv_format(path, (src, dst), delimiter=opts.delimiter,
-                                          header=fmt.header, max_rows=1).types]
-    return not all(pa.types.is_integer(t) for t in types)
+    from .edgelist import csv_columns
+    columns = csv_columns(path, opts)
+    if columns is None:
+        return True
+    if not columns.header:
+        return False
+    from formats.storage import open_file
+    with open_file(path, compression="infer") as f:
+        f.readline()
+        for line in iter(f.readline, b""):      # blank lines are no rows (pyarrow skips them)
+            if line.strip():
+                return False
+    return True
+
+
+def has_string_keys(files: list[str], opts: ChunkOptions) -> bool:
+    """Whether the first edge file with rows has endpoint columns that are not integers (so
+    keys must be mapped): its column types, or for a CSV its first data row (an integer edge
+    list with a typo further down stays an integer list, whose reader names the bad row). A
+    file of a header only says nothing: an edge list of no edges is an integer one."""
+    for path in files:
+        if _no_rows(path, opts):
+            continue
+        src, dst, fmt, _ = _names(path, opts)
+        if fmt is None:
+            schema = pq.read_schema(path)
+            return not all(pa.types.is_integer(schema.field(c).type) for c in (src, dst))
+        first = csv_format(path, (src, dst), delimiter=opts.delimiter, header=fmt.header,
+                           max_rows=1)
+        return not all(pa.types.is_integer(t) for _, t in first.types)
+    return False
 
 
 def edge_table(et: EdgeType, files: list[str], opts: ChunkOptions) -> EdgeTable:
@@ -87,12 +173,13 @@ def edge_table(et: EdgeType, files: list[str], opts: ChunkOptions) -> EdgeTable:
     for path in files:
         if _empty_csv(path, opts):
             continue              # an empty file: no edges
-        src, dst, fmt = _names(path, opts)
+        src, dst, fmt, integers = _names(path, opts)
         if columns is not None and (src, dst) != columns:
             raise FormatError(f"endpoint columns {src!r}, {dst!r} differ from the first "
                               f"file's {columns}", file=path)
         columns = (src, dst)
-        parts += table_parts(path, (src, dst), opts.chunk_size, fmt)
+        parts += [_with_integers(p, integers)
+                  for p in table_parts(path, (src, dst), opts.chunk_size, fmt)]
     return EdgeTable(et, tuple(parts), *(columns or ("src", "dst")))
 
 

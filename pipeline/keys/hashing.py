@@ -40,6 +40,15 @@ def key_kind(dtype: pa.DataType, *, file: str | None = None, field: str | None =
                       file=file, field=field)
 
 
+def is_text(dtype: pa.DataType) -> bool:
+    """Whether a key column of ``dtype`` holds text (string types, or a dictionary of them),
+    not bytes: its keys are written back as strings."""
+    if pa.types.is_dictionary(dtype):
+        return is_text(dtype.value_type)
+    return (pa.types.is_string(dtype) or pa.types.is_large_string(dtype)
+            or pa.types.is_string_view(dtype))
+
+
 def normalize_keys(keys: pa.Array | pa.ChunkedArray, *, file: str | None = None,
                    field: str | None = None, row0: int = 0) -> pa.Array:
     """``keys`` as one array of the type keys of their kind are compared in: int64 for
@@ -52,15 +61,22 @@ def normalize_keys(keys: pa.Array | pa.ChunkedArray, *, file: str | None = None,
     if keys.null_count:
         row = int(np.flatnonzero(keys.is_null().to_numpy(zero_copy_only=False))[0])
         raise FormatError("missing key", file=file, field=field, row=row0 + row)
+    if pa.types.is_floating(keys.type) or pa.types.is_decimal(keys.type):
+        # the first value names the column's problem: 1.0 and 1 would be two keys
+        raise FormatError(f"node keys must be integers or text, not {keys.type} numbers like "
+                          f"{keys[0].as_py()}" if len(keys) else
+                          f"node keys must be integers or text, not {keys.type}",
+                          file=file, field=field, row=row0 if len(keys) else None)
     if key_kind(keys.type, file=file, field=field) == _INTEGER:
         if pa.types.is_temporal(keys.type):
             keys = keys.view(pa.int64()) if keys.type.bit_width == 64 else \
                 pc.cast(keys.view(pa.int32()), pa.int64())
         elif pa.types.is_uint64(keys.type) and len(keys) and pc.max(keys).as_py() >= 1 << 63:
-            row = int(np.flatnonzero(pc.greater_equal(keys, 1 << 63).to_numpy(
-                zero_copy_only=False))[0])
-            raise FormatError(f"key {keys[row].as_py()} is too large (integer keys must be "
-                              f"below 2^63)", file=file, field=field, row=row0 + row)
+            # the bound as a uint64 scalar: a Python int of 2^63 is no Arrow int64
+            row = int(np.flatnonzero(pc.greater_equal(keys, pa.scalar(1 << 63, pa.uint64()))
+                                     .to_numpy(zero_copy_only=False))[0])
+            raise FormatError(f"integer keys must be below 2^63 ({_AS_TEXT}), not "
+                              f"{keys[row].as_py()}", file=file, field=field, row=row0 + row)
         return pc.cast(keys, pa.int64())
     if pa.types.is_string_view(keys.type) or pa.types.is_binary_view(keys.type) \
             or pa.types.is_fixed_size_binary(keys.type):
@@ -68,6 +84,58 @@ def normalize_keys(keys: pa.Array | pa.ChunkedArray, *, file: str | None = None,
     return keys.view(pa.large_binary()) if pa.types.is_large_string(keys.type) or \
         pa.types.is_large_binary(keys.type) else pc.cast(keys.view(pa.binary()),
                                                        pa.large_binary())
+
+
+_AS_TEXT = "larger IDs, e.g. unsigned 64-bit hashes, can be text keys: give them a prefix"
+_INT_TEXT = r"^\s*[+-]?[0-9]+\s*$"
+_INT64_MAX = "9223372036854775807"
+
+
+def parse_integer_keys(text: pa.Array | pa.ChunkedArray, *, file: str | None = None,
+                       field: str | None = None, row0: int = 0) -> pa.Array:
+    """Integer keys read as text (a CSV column whose first rows are numbers) as int64, nulls
+    kept. Text keeps every digit, where a reader's type inference turns 2^63 into a double.
+    Raises :class:`FormatError` naming the row and value of the first text that is not an
+    integer (``1.0``: 1.0 and 1 would be two keys) or is outside int64. Holds the column
+    and a few boolean columns of its length."""
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks()
+    if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
+        return text
+    try:
+        return pc.cast(text, pa.int64())
+    except pa.ArrowInvalid:
+        pass          # spaces, a "+", or a bad row: checked and found vectorized
+    is_int = pc.fill_null(pc.match_substring_regex(text, _INT_TEXT), True)
+    bad = np.flatnonzero(~is_int.to_numpy(zero_copy_only=False))
+    if len(bad):
+        value = text[int(bad[0])].as_py()
+        raise FormatError(
+            f"node keys must be integers or text, not decimal numbers: {value.strip()}"
+            if _is_number(value) else
+            f"the column's first rows are integers, so this must be one too: {value!r}",
+            file=file, field=field, row=row0 + int(bad[0]))
+    trimmed = pc.utf8_trim_whitespace(text)
+    negative = pc.starts_with(trimmed, "-")
+    digits = pc.utf8_ltrim(pc.utf8_ltrim(trimmed, "+-"), "0")
+    length = pc.utf8_length(digits)
+    limit = pc.if_else(negative, "9223372036854775808", _INT64_MAX)
+    too_big = pc.or_(pc.greater(length, 19),
+                     pc.and_(pc.equal(length, 19), pc.greater(digits, limit)))
+    rows = np.flatnonzero(pc.fill_null(too_big, False).to_numpy(zero_copy_only=False))
+    if not len(rows):
+        return pc.cast(pc.utf8_ltrim(trimmed, "+"), pa.int64())
+    row = int(rows[0])
+    raise FormatError(f"integer keys must be in [-2^63, 2^63) ({_AS_TEXT}), not "
+                      f"{text[row].as_py().strip()}", file=file, field=field, row=row0 + row)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def key_hash(keys: pa.Array) -> np.ndarray:

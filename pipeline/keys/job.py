@@ -24,6 +24,8 @@ import shutil
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from formats import EdgeType, FormatError
 from formats.schema import KeyMap
@@ -121,11 +123,15 @@ def map_keys(nodes: list[NodeTable], edges: list[EdgeTable], out: str, staging: 
         pieces[e.etype.dst] += len(e.parts)
     bits = {t: bucket_bits(n) for t, n in pieces.items()}
 
-    node_tasks, edge_tasks = _piece_tasks(nodes, edges, bits, out, staging)
+    node_tasks, edge_tasks = _piece_tasks(nodes, edges, bits, staging)
     results = runner(write_pieces, node_tasks + edge_tasks, "keys: hash into buckets")
     _raise_first_problem(node_tasks + edge_tasks, results)
     node_results, edge_results = results[:len(node_tasks)], results[len(node_tasks):]
     kinds = _kinds(node_tasks + edge_tasks, results)
+    # a type's keys are written back as text unless some column of it holds bytes
+    binary = {kc.ntype for task, res in zip(node_tasks + edge_tasks, results) if res.rows
+              for kc, b in zip(task.keys, res.binary) if b}
+    text = {t for t, k in kinds.items() if k == "string" and t not in binary}
     first_rows = _first_rows(node_tasks + edge_tasks, results)
 
     table_refs: dict[str, list[PieceRef]] = {t: [] for t in ntypes}
@@ -159,22 +165,34 @@ def map_keys(nodes: list[NodeTable], edges: list[EdgeTable], out: str, staging: 
         per_bucket = [next(by_bucket) for _ in range(1 << bits[t])]
         new = np.array([c.new for _, c in per_bucket], dtype=np.int64)
         first_new = table_rows[t] + np.concatenate([[0], np.cumsum(new)[:-1]])
+        num_nodes[t] = table_rows[t] + int(new.sum())
         root = f"keys/{t}"
         by_key = tuple(f"{root}/by_key/bucket-{b:05d}.parquet" for b in range(1 << bits[t]))
-        by_id_new = [f"{root}/by_id/new-{b:05d}.parquet" if n else "" for b, n in
-                     enumerate(new)]
+        by_id_new = [by_id_name(root, int(first), "edges", num_nodes[t]) if n else ""
+                     for first, n in zip(first_new, new)]
         for (task, _), first, key_file, id_file in zip(per_bucket, first_new, by_key,
                                                        by_id_new):
             finish.append(FinishTask(task, int(first), os.path.join(out, key_file),
                                      os.path.join(out, id_file) if id_file else "",
-                                     _ids_path(staging, t, task.bucket)))
-        table_files = [os.path.relpath(task.by_id, out) for task in node_tasks
-                       if task.keys[0].ntype == t]
-        table_part_rows = [r.rows for task, r in zip(node_tasks, node_results)
-                           if task.keys[0].ntype == t]
-        maps[t] = KeyMap(kinds.get(t, "string"), bits[t], tuple(table_files + [f for f in by_id_new if f]),
+                                     _ids_path(staging, t, task.bucket), t in text))
+        table_files, table_part_rows = [], []
+        mine = [(task, res) for task, res in zip(node_tasks, node_results)
+                if task.keys[0].ntype == t]
+        for ref, (task, res) in zip(table_refs[t], mine):
+            if not res.rows:      # no keys, no file: each file's first ID is its own
+                if os.path.exists(task.by_id):
+                    os.remove(task.by_id)
+                continue
+            name = by_id_name(root, ref.first_id, "table", num_nodes[t])
+            os.makedirs(os.path.dirname(os.path.join(out, name)), exist_ok=True)
+            if t in binary:
+                _as_bytes(task.by_id)
+            os.replace(task.by_id, os.path.join(out, name))
+            table_files.append(name)
+            table_part_rows.append(res.rows)
+        maps[t] = KeyMap(kinds.get(t, "string"), bits[t],
+                         tuple(table_files + [f for f in by_id_new if f]),
                          tuple(table_part_rows + [int(n) for n in new if n]), by_key)
-        num_nodes[t] = table_rows[t] + int(new.sum())
         dangling_edges = sum(c.dangling_edges for _, c in per_bucket)
         if t in has_table and dangling_edges:
             added[t] = int(new.sum())
@@ -207,6 +225,23 @@ def map_keys(nodes: list[NodeTable], edges: list[EdgeTable], out: str, staging: 
     return result
 
 
+def by_id_name(root: str, first_id: int, origin: str, num_nodes: int) -> str:
+    """``<root>/by_id/<first ID>-<origin>.parquet``: the first ID zero-padded to one width per
+    node type (at least 12 digits), so that file names sort in ID order for any reader that
+    lists the folder (a Parquet dataset, pandas, a glob). ``origin``: ``table`` (a node
+    table's rows) or ``edges`` (keys only edges name)."""
+    width = max(12, len(str(max(num_nodes - 1, 0))))
+    return f"{root}/by_id/{first_id:0{width}d}-{origin}.parquet"
+
+
+def _as_bytes(path: str) -> None:
+    """Rewrite a by-ID file of text keys as bytes: a type whose keys are text in its table
+    but bytes in some edge file (rare) has one key type in every file. Holds the file."""
+    keys = pq.read_table(path).column("key").combine_chunks()
+    if pa.types.is_large_string(keys.type):
+        pq.write_table(pa.table({"key": keys.view(pa.large_binary())}), path)
+
+
 def _ids_path(staging: str, ntype: str, bucket: int) -> str:
     return os.path.join(staging, "keys", ntype, f"ids-{bucket:05d}.arrow")
 
@@ -220,14 +255,15 @@ def _edge_table_of(edges: list[EdgeTable]):
     return [e for e in edges for _ in e.parts]
 
 
-def _piece_tasks(nodes, edges, bits, out, staging):
+def _piece_tasks(nodes, edges, bits, staging):
     node_tasks = []
     for t in nodes:
         for i, part in enumerate(t.parts):
             base = os.path.join(staging, "keys", "pieces", f"n-{t.ntype}-{i:05d}")
             node_tasks.append(PieceTask(
                 part, (KeyColumn(t.key, t.ntype, bits[t.ntype]),), (base + ".key.arrow",),
-                os.path.join(out, "keys", t.ntype, "by_id", f"table-{i:05d}.parquet")))
+                # named once its first ID is known (after phase 1), then moved into out
+                os.path.join(staging, "keys", "pieces", f"n-{len(node_tasks):05d}.by_id.parquet")))
     edge_tasks = []
     for e in edges:
         for i, part in enumerate(e.parts):

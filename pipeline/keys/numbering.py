@@ -115,8 +115,8 @@ def count_bucket(task: BucketTask) -> BucketCount:
                                                                      .as_py())
         ref = task.edges[piece]
         count.problem = FormatError(
-            f"key {_show(edges.column('key')[first].as_py())} is not in node type "
-            f"{task.ntype!r}'s table (--dangling drop|add to drop such edges or add the keys)",
+            f"not in the table of node type {task.ntype!r} (--dangling drop|add to drop such "
+            f"edges or add the keys): key {_show(edges.column('key')[first].as_py())}",
             file=ref.file, row=ref.first_row + row)
         count.problem_at = (piece, row)
         return count
@@ -168,6 +168,7 @@ class FinishTask:
     by_key: str                       # where the bucket's map goes (Parquet: key, id)
     by_id: str                        # where its new keys go in ID order ("" when none)
     ids: str                          # the edge pieces' IDs (IPC: a batch per edge piece)
+    text: bool = False                # the type's keys are text: new keys written as strings
 
 
 def finish_bucket(task: FinishTask) -> None:
@@ -179,7 +180,9 @@ def finish_bucket(task: FinishTask) -> None:
     new = new.append_column("id", pa.array(np.arange(task.first_new_id, task.first_new_id
                                                      + new.num_rows, dtype=np.int64)))
     if task.by_id and new.num_rows:
-        _write_parquet(task.by_id, new.select(["key"]))
+        keys = new.column("key").combine_chunks()
+        _write_parquet(task.by_id, pa.table({"key": keys.view(pa.large_string())
+                                             if task.text else keys}))
     mapping = pa.concat_tables([table, new.select(["key", "hash", "id"])]).sort_by(SORT)
     _write_parquet(task.by_key, mapping.select(["key", "id"]))
     os.remove(_new_path(b))

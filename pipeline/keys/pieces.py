@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from formats import FormatError
 from formats.output import writing
 from ..tables.parts import TablePart
-from .hashing import bucket_of, key_hash, key_kind, normalize_keys
+from .hashing import bucket_of, is_text, key_hash, key_kind, normalize_keys
 
 PIECE_SCHEMA_FIELDS = ("key", "hash", "row")
 
@@ -44,6 +44,7 @@ class PieceTask:
 class PieceResult:
     rows: int = 0
     kinds: tuple[str, ...] = ()       # per key column: "integer" or "string"
+    binary: tuple[bool, ...] = ()     # per key column: bytes, not text (nor integers)
     problem: FormatError | None = None   # row relative to the part when its first row is unknown
     problem_rows_before: int = 0      # rows of the part before the table the problem is in
     columns: tuple[str, ...] = field(default_factory=tuple)
@@ -66,20 +67,25 @@ def write_pieces(task: PieceTask) -> PieceResult:
         table = read_part(task.part)
     except FormatError as err:
         return PieceResult(problem=err)
-    kinds = []
+    kinds, binary = [], []
     for kc, target in zip(task.keys, task.targets):
+        text = is_text(table.column(kc.column).type)
         try:
             keys = normalize_keys(table.column(kc.column), file=task.part.path,
                                   field=kc.column)
         except FormatError as err:
             return PieceResult(rows=table.num_rows, problem=err)
         kinds.append(key_kind(keys.type))
+        binary.append(kinds[-1] == "string" and not text)
         write_piece(target, keys, kc.bits)
         if task.by_id:
+            # text keys are written back as text (a reader joins them to its strings); the
+            # job rewrites them as bytes if other columns of the type hold bytes
             os.makedirs(os.path.dirname(task.by_id), exist_ok=True)
             with writing(task.by_id):
-                pq.write_table(pa.table({"key": keys}), task.by_id)
-    return PieceResult(rows=table.num_rows, kinds=tuple(kinds))
+                pq.write_table(pa.table({"key": keys.view(pa.large_string()) if text
+                                         else keys}), task.by_id)
+    return PieceResult(rows=table.num_rows, kinds=tuple(kinds), binary=tuple(binary))
 
 
 def write_piece(path: str, keys: pa.Array, bits: int) -> None:

@@ -1,6 +1,8 @@
-"""``trainer embed``'s results by the user's own keys: beside ``<ntype>/embeddings.npy`` (rows
-by original ID), ``<ntype>/embeddings.parquet`` with the key column, and for node
-classification ``<target>/predictions.parquet`` (key, predicted class name or index).
+"""``trainer embed``'s results by the user's own keys: beside ``<ntype>/embeddings.npy`` (row
+i: node ID i of the chunked graph, whose key is row i of ``keys/<ntype>/by_id/``),
+``<ntype>/embeddings.parquet`` with the key column, and for node classification
+``<target>/predictions.parquet`` (key, predicted class name or index): joined to the user's
+tables by key, never by row position.
 
 Written by rank 0 from the ``.npy`` outputs and the key files ``prep dispatch`` carried
 (graph.json ``keys``), one key file's rows at a time: holds one file's keys and rows.
@@ -21,19 +23,34 @@ VECTORS = {"embeddings.npy": "embedding", "input_embeddings.npy": "input_embeddi
 
 
 def key_batches(graph: PartitionedGraph, ntype: str):
-    """``(first_id, keys)`` per key file of ``ntype``, in ID order (keys as Arrow: strings
-    decoded as UTF-8 where they are text)."""
+    """``(first_id, keys)`` per key file of ``ntype``, in ID order (keys as Arrow: int64, or
+    strings where every key of the type is UTF-8 text, else bytes: one type for all files).
+    Holds one file's keys."""
     spec = graph.keys[ntype]
+    text = spec["kind"] == "string" and _all_text(graph, spec["by_id"])
     first = 0
     for rel, rows in zip(spec["by_id"], spec["rows_per_file"]):
         keys = pq.read_table(join(graph.root, rel)).column("key").combine_chunks()
         if spec["kind"] == "string":
-            try:
-                keys = keys.cast(pa.large_string())
-            except pa.ArrowInvalid:         # bytes that are not text stay bytes
-                pass
+            keys = keys.cast(pa.large_string() if text else pa.large_binary())
         yield first, keys
         first += rows
+
+
+def _all_text(graph: PartitionedGraph, files) -> bool:
+    """Whether every key file holds text: Parquet footers say so for string columns; bytes
+    columns (graphs chunked before keys were written as text, or keys given as bytes) are
+    read once to check that they decode, one file at a time."""
+    for rel in files:
+        path = join(graph.root, rel)
+        dtype = pq.read_schema(path).field("key").type
+        if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+            continue
+        try:
+            pq.read_table(path).column("key").cast(pa.large_string())
+        except pa.ArrowInvalid:
+            return False
+    return True
 
 
 def class_names(graph: PartitionedGraph, ntype: str) -> list | None:

@@ -1,5 +1,5 @@
 """``python -m trainer embed``: inference over every node with a trained checkpoint,
-distributed like training, written per node type by original ID.
+distributed like training, written per node type by node ID (and by key on a keyed graph).
 
 One rank per part. The checkpoint's model is rebuilt from its ``--model`` and
 ``--model-args``. A module with ``layer(i, layer, h)`` (the built-ins) gets exact layer-wise
@@ -9,17 +9,19 @@ says which (``"inference"``).
 
 Output ``OUT/`` (written under ``.OUT.partial`` beside it and swapped into place at the end;
 a failed run removes it, and OUT keeps what it held):
-``<ntype>/embeddings.npy`` (float32 ``[num_nodes, D]``, row = original ID; layer-wise: the last
+``<ntype>/embeddings.npy`` (float32 ``[num_nodes, D]``, row i = node ID i of the chunked graph:
+the input's own ID, or on a keyed input the ID its key map gave, whose key is row i of
+``keys/<ntype>/by_id/`` (docs/keys.md); layer-wise: the last
 layer for link prediction, the last hidden layer for node classification; sampled: the model's
 output, for the types it gives rows for), for node classification also ``<target>/logits.npy``
 and ``<target>/predictions.npy`` (int64), with learnable embeddings (``--featureless embed``)
 ``<ntype>/input_embeddings.npy`` of each featureless type (float32 ``[num_nodes,
 --embedding-dim]``: the trained input rows, loaded from the checkpoint's part shards, which
-are also what the model reads); where the input had keys (``prep chunk`` of tables), the same
-by key: ``<ntype>/embeddings.parquet`` (key, embedding[, input_embedding]) and
-``<target>/predictions.parquet`` (key, predicted class name, class index); and ``embed.json``: the files, the inference mode,
-the checkpoint, and the metrics of these outputs beside the sampled evaluation recorded in the
-checkpoint at the same epoch. A rank holds its part's outputs of two layers (owned nodes x
+are also what the model reads); where the input had keys (tables, keyed edge lists), the same
+by key, to be joined by key: ``<ntype>/embeddings.parquet`` (key, embedding[,
+input_embedding]) and ``<target>/predictions.parquet`` (key, predicted class name, class
+index); and ``embed.json``: the files, the inference mode, the checkpoint, and the metrics of
+these outputs beside the sampled evaluation recorded in the checkpoint at the same epoch. A rank holds its part's outputs of two layers (owned nodes x
 width, float32) and one batch's neighborhoods.
 """
 
@@ -77,7 +79,8 @@ log = logging.getLogger("trainer")
 def main(graph, checkpoint, out, overwrite, batch_size, device, rpc_timeout, iface, threads,
          verify_data, progress, verbose):
     """Write node embeddings (and class predictions) of a trained checkpoint for every node,
-    by original ID, with exact full-neighbor inference.
+    by node ID (row i: node i) and, on a keyed graph, by key (.parquet), with exact
+    full-neighbor inference.
 
     Before any rank starts: the options, the checkpoint (readable, of this graph and of a
     task the graph has: every difference named), --out (see its help); each rank then checks

@@ -3,11 +3,14 @@
 Never imports ``pipeline`` or ``dispatch``: a training machine needs only the format. What a
 user's model sees is importable from here (loaded on first use, so the launcher validates a
 run without importing torch): :class:`Batch`, :class:`Layer`, :func:`full_graph_batch`
-(``trainer.batch``) and :class:`ModelSpec` (``trainer.models.spec``).
+(``trainer.batch``), :class:`ModelSpec` (``trainer.models.spec``), and for a model that
+takes sparse input features as they are, :class:`SparseRows` and :func:`sparse_matmul`
+(``trainer.data.sparse``). The shipped example models are ``trainer.examples``.
 """
 
 _PUBLIC = {"Batch": "batch", "Layer": "batch", "full_graph_batch": "batch",
-           "ModelSpec": "models.spec"}
+           "ModelSpec": "models.spec", "SparseRows": "data.sparse",
+           "sparse_matmul": "data.sparse"}
 
 
 def __getattr__(name: str):

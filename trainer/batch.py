@@ -30,6 +30,7 @@ homogeneous graphs only. Nothing here imports PyG except :meth:`Batch.to_pyg`.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -38,6 +39,7 @@ import torch
 from .data.sparse import SparseRows, densify
 
 EdgeKey = tuple[str, str, str]
+log = logging.getLogger("trainer")
 
 
 def _only(d: dict, what: str):
@@ -239,6 +241,51 @@ def dense_inputs_hook(module, args):
     if args and isinstance(args[0], Batch):
         return (dense_inputs(args[0]), *args[1:])
     return None
+
+
+class DenseInputs:
+    """:func:`dense_inputs_hook` that also says, once (``warn``), what the densifying costs:
+    the bytes of the first batch's sparse inputs densified, against their stored bytes, and
+    what to do instead. ``model`` names the model in the warning."""
+
+    def __init__(self, model: str, warn: bool):
+        self.model, self.warn = model, warn
+
+    def __call__(self, module, args):
+        if not args or not isinstance(args[0], Batch):
+            return None
+        sparse = {t: v for t, v in args[0].x_dict.items() if isinstance(v, SparseRows)}
+        if not sparse:
+            return None
+        if self.warn:
+            self.warn = False
+            dense, stored = densified_bytes(sparse)
+            if dense > stored:       # a CSR field that is not sparse costs nothing densified
+                log.warning("%s", densify_warning(self.model, sparse))
+        return (dense_inputs(args[0]), *args[1:])
+
+
+def densify_warning(model: str, sparse: dict[str, SparseRows]) -> str:
+    """The one-line warning for a model without ``sparse_input = True`` given the sparse
+    inputs ``sparse`` (per node type) of a batch."""
+    dense, stored = densified_bytes(sparse)
+    widths = ", ".join(f"{t}: {v.dim} columns" for t, v in sparse.items())
+    return (f"sparse input features ({widths}) are densified on every batch for this model: "
+            f"{_size(dense)} per batch instead of {_size(stored)} stored, and "
+            "a dense first-layer product; to keep them sparse, set sparse_input = True on the "
+            "module and take batch.x with trainer.sparse_matmul (the example "
+            "trainer.examples.sparse_sage, docs/models.md): --model " + model)
+
+
+def densified_bytes(sparse: dict[str, SparseRows]) -> tuple[int, int]:
+    """``(dense, stored)``: the bytes of ``sparse``'s rows densified, and as they are."""
+    dense = sum(len(v) * v.dim * v.values.element_size() for v in sparse.values())
+    stored = sum(v.indptr.nbytes + v.indices.nbytes + v.values.nbytes for v in sparse.values())
+    return dense, stored
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MB" if n >= 2**20 else f"{n / 2**10:.1f} KB"
 
 
 def whole_subgraph(layers: list[Layer]):

@@ -112,11 +112,14 @@ class BadInput(click.ClickException):
                    "the one type with train/val/test edge masks].")
 @click.option("--model", default="sage", show_default=True,
               help="The model: sage (GraphSAGE-mean), gat (multi-head attention), rgcn "
-                   "(per-relation weights, heterogeneous graphs), or PKG.MODULE:FACTORY, a "
-                   "function build(spec: trainer.ModelSpec, **model_args) -> torch.nn.Module "
-                   "whose forward(batch: trainer.Batch) returns logits (node task) or "
-                   "embeddings (link task); see 'Models' above. The module must import on "
-                   "every rank (same path, e.g. on PYTHONPATH).")
+                   "(per-relation weights, heterogeneous graphs), or your own: "
+                   "PKG.MODULE:FACTORY or path/to/file.py:FACTORY, a function build(spec: "
+                   "trainer.ModelSpec, **model_args) -> torch.nn.Module whose forward(batch: "
+                   "trainer.Batch) returns logits (node task) or embeddings (link task); see "
+                   "'Models' above and docs/models.md. A module must import on every rank "
+                   "(e.g. on PYTHONPATH); a file is recorded by its absolute path. Examples, "
+                   "importable anywhere: trainer.examples.pyg_gcn:build, "
+                   "trainer.examples.pyg_gat:build, trainer.examples.sparse_sage:build.")
 @click.option("--model-args", default=None, callback=_model_args,
               help="JSON object of keyword arguments for the model's factory, e.g. "
                    "'{\"heads\": 8}' [default: none].")
@@ -161,8 +164,10 @@ class BadInput(click.ClickException):
                    "most, fetched once at start, up to this many MB (0 = off).")
 @click.option("--checkpoint-dir", default=None, type=click.Path(),
               help="Folder for the per-epoch checkpoint.pt and best.pt (nothing else in it is "
-                   "touched) [default: checkpoints/<graph name>]. A folder that is neither "
-                   "empty nor a checkpoint folder is refused without --overwrite.")
+                   "touched; the run logs where) [default: checkpoints/<graph name>]. A folder "
+                   "that is neither empty nor a checkpoint folder, or holds another run's "
+                   "checkpoint (other graph, model or options), is refused without "
+                   "--overwrite or --resume.")
 @click.option("--resume", is_flag=True,
               help="Continue from the checkpoint in --checkpoint-dir (refused when it was made "
                    "on another graph or with other model/optimizer options).")
@@ -197,9 +202,10 @@ def main(graph, threads, verbose, iface, **options):
       python -m trainer --graph parts/graph.json --model gat --model-args '{"heads": 8}'
       python -m trainer --graph parts/graph.json --task link --scorer mlp --epochs 20
       python -m trainer --graph parts/graph.json --model my_models:build
+      python -m trainer --graph parts/graph.json --model path/to/my_model.py:build
 
     \b
-    Models (--model PKG.MODULE:FACTORY):
+    Models (--model PKG.MODULE:FACTORY or path/to/file.py:FACTORY):
       build(spec: trainer.ModelSpec, **model_args) -> torch.nn.Module, imported on every
       rank. spec: in_dims (per node type), out_dim (classes, or --hidden for links), hidden,
       num_layers (= len(--fanouts)), dropout, node_types, edge_types ((src, rel, dst)),
@@ -216,6 +222,10 @@ def main(graph, threads, verbose, iface, **options):
       module.loss(out, batch) replaces cross-entropy. Link task: return node embeddings
       (--hidden wide, a dict per type on heterogeneous graphs); the trainer scores pairs.
       An optional module.layer(i, layer, h) makes `trainer embed` exact layer-wise.
+      sparse_input = True on the module: a sparse (CSR) feature arrives as
+      trainer.SparseRows (first layer: trainer.sparse_matmul), else densified per batch.
+      find_unused_parameters = True/False on the module overrides DDP's flag (default:
+      decided on the first batch).
     """
     rank, meta = start_command(graph, verbose)
     cfg = TrainConfig(graph=graph, **options)
@@ -223,6 +233,8 @@ def main(graph, threads, verbose, iface, **options):
         cfg.checkpoint_dir = os.path.join("checkpoints", meta.graph_name)
     world = meta.num_parts * cfg.ranks_per_part
     try:
+        from .models.registry import canonical
+        cfg.model = canonical(cfg.model)     # a model file by its absolute path
         cfg.check(meta.num_parts, int(os.environ.get("WORLD_SIZE", world)))
         target = task_target(meta, cfg)
         check_edge_feat(meta, cfg.edge_feat)
@@ -240,6 +252,18 @@ def main(graph, threads, verbose, iface, **options):
         remove_partials(cfg)
         sys.exit(code)
     _run_as_rank(cfg, meta, int(rank), threads, iface, verbose)
+    # a rank whose work is done ends here: a thread the model's module left running (not a
+    # daemon) would keep it, and so the launcher, alive forever
+    end_process(0)
+
+
+def end_process(code: int) -> None:
+    """Flush the output and end this process with ``code`` at once, without waiting for
+    threads (a user's module may have started some that never end) or atexit hooks (RPC and
+    the process group are shut down already)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def start_command(graph: str, verbose: bool):
@@ -277,10 +301,12 @@ def _check_outputs(cfg, meta, target: str, rank: str | None) -> None:
     from .runtime.launch import LAUNCHER_ENV
     if rank is not None and LAUNCHER_ENV in os.environ:
         return
-    from .runtime.checkpoint import CheckpointInfo, check_resume, check_writable
+    from .runtime.checkpoint import CheckpointInfo, check_fresh, check_resume, check_writable
     from .runtime.outputs import check_train_outputs
     if rank in (None, "0"):
         check_train_outputs(cfg, meta)
+        if not cfg.resume and not cfg.overwrite:
+            check_fresh(cfg.checkpoint_dir, CheckpointInfo.of(cfg, meta, target))
         check_writable(cfg.checkpoint_dir)
     if cfg.resume:
         done = check_resume(cfg.checkpoint_dir, CheckpointInfo.of(cfg, meta, target))
@@ -294,7 +320,7 @@ def _check_model(cfg, meta, rank: str | None) -> None:
     launcher skip what it checked; the default sage without arguments needs no check (and no
     torch import)."""
     from .runtime.launch import LAUNCHER_ENV
-    from .models.registry import build, model_path
+    from .models.registry import check_in_child, model_path
     model_path(cfg.model)
     if (rank is not None and LAUNCHER_ENV in os.environ) or \
             (cfg.model == "sage" and not cfg.model_args):
@@ -308,7 +334,9 @@ def _check_model(cfg, meta, rank: str | None) -> None:
         # graph.json records the class count at dispatch; where it does not, the ranks read it
         # from the labels, and any width serves to check that the factory accepts its args
         out_dim = meta.num_classes.get(ntype, 2)
-    build(cfg.model, cfg.model_args, model_spec(meta, cfg, ntype, out_dim))
+    # in a child process: the factory is the user's code, and whatever it does to its
+    # process (exit, threads, torch's global settings) must not happen to the launcher
+    check_in_child(cfg.model, cfg.model_args, model_spec(meta, cfg, ntype, out_dim))
 
 
 def _check_data(meta, p: int, rank: int, verify_data: bool) -> None:
@@ -319,8 +347,10 @@ def _check_data(meta, p: int, rank: int, verify_data: bool) -> None:
     try:
         report = check_part(meta, p, verify_data=verify_data)
     except (FormatError, OSError) as err:
-        log.error("rank %d failed: part %d: damaged or inconsistent data: %s", rank, p, err)
+        line = f"rank {rank} failed: part {p}: damaged or inconsistent data: {err}"
+        log.error("%s", line)
         sys.stderr.flush()
+        _tell_launcher(line)
         sys.exit(1)
     for warning in report.warnings:
         log.warning("rank %d: %s", rank, warning)
@@ -355,19 +385,48 @@ def run_as_rank(work, meta, *, rank: int, part: int, device: str, iface: str | N
             detail = traceback.format_exc() if verbose else ""
         else:
             line = f"rank {rank} failed: {type(err).__name__}: {err}"
-            detail = traceback.format_exc() if not isinstance(err, ValueError) else ""
+            # a ValueError is bad input, and a peer gone is the peer's failure (the launcher
+            # names it): neither is a bug of this rank to show a traceback for
+            quiet = isinstance(err, ValueError) or (peer_gone(err) and not verbose)
+            detail = traceback.format_exc() if not quiet else ""
         log.error("%s%s", line, "\n" + detail if detail else "")
         sys.stderr.flush()
-        _tell_torchrun(line)
+        _tell_launcher(line)
         from .models.registry import ModelError
         # skip RPC shutdown: it would wait for the ranks this one is leaving; a model that
         # does not fit (its output's shape) is bad input, exit 2 as before the start
         os._exit(2 if isinstance(err, ModelError) else 1)
 
 
-def _tell_torchrun(line: str) -> None:
-    """Under torchrun: ``line`` into the rank's error file, so that the agent's failure
-    summary shows it (as its "traceback") instead of "To enable traceback see ..."."""
+# what RPC (tensorpipe) and gloo say when the other end of a connection has exited
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+             "eof (this error originated at tensorpipe")
+
+
+def peer_gone(err: BaseException) -> bool:
+    """Whether ``err`` (or what caused it) says another rank's process went away."""
+    from .sampling.service import RequestFailed
+    seen = 0
+    while err is not None and seen < 8:
+        if isinstance(err, RequestFailed) or any(w in str(err) for w in PEER_GONE):
+            return True
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return False
+
+
+def _tell_launcher(line: str) -> None:
+    """``line``, why this rank failed, where its launcher reads it: under ours its error
+    file (``GRAPHPREP_ERROR_FILE``: the launcher repeats the line last, after its own);
+    under torchrun the rank's error file, so that the agent's failure summary shows it (as
+    its "traceback") instead of "To enable traceback see ..."."""
+    from .runtime.launch import ERROR_FILE_ENV
+    ours = os.environ.get(ERROR_FILE_ENV)
+    if ours:
+        try:
+            with open(ours, "w") as f:
+                f.write(line)
+        except OSError:
+            pass     # the log has the line already
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path:
         return

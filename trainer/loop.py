@@ -27,13 +27,14 @@ from formats.console import show_progress
 from formats.memory import peak_rss_bytes
 from formats.partitioned import load_partitioned
 
-from .batch import dense_inputs_hook
+from .batch import DenseInputs
 from .config import TrainConfig, target_etype, target_type
 from .data.embeddings import (EmbeddingTable, SparseEmbeddings, TableRoute,
                               featureless_types, register_meta)
 from .data.features import LOG_DEGREE, FeatureFetcher, HaloCache, add_log_degree
 from .data.link_data import without_held_out
 from .data.loader import NodeLoader, rank_seeds
+from .data.sparse import SparseRows
 from .models import registry
 from .models.contract import LinkModel
 from .models.scorer import make_scorer
@@ -193,35 +194,95 @@ def build_model(rank: Rank, first_batch=None):
     DDP wraps the model when it has lazily sized parameters (PyG's ``in_channels=-1``);
     without one such a model comes back alone, ``(model, None, None)``, for inference. A
     module without ``sparse_input = True`` gets sparse inputs densified per batch (a
-    forward pre-hook: its state dict is unchanged)."""
+    forward pre-hook: its state dict is unchanged; rank 0 warns once what it costs). DDP's
+    ``find_unused_parameters``: :func:`find_unused`."""
     cfg = rank.cfg
     spec = rank_model_spec(rank)
     torch.manual_seed(cfg.seed)
-    model = registry.build(cfg.model, cfg.model_args, spec)
+    user = registry.build(cfg.model, cfg.model_args, spec)
+    model = user
     if not getattr(model, "sparse_input", False):
         # sparse (CSR) inputs travel and reach the device sparse; a model that does not say
-        # it takes them gets them densified per batch there
-        model.register_forward_pre_hook(dense_inputs_hook)
+        # it takes them gets them densified per batch there, and rank 0 says what it costs
+        model.register_forward_pre_hook(DenseInputs(cfg.model, rank.env.rank == 0))
     if cfg.task == "link":
         model = LinkModel(model, make_scorer(cfg.scorer, cfg.hidden), cfg.hidden)
     model = model.to(rank.device)
+    batch = None
     if first_batch is not None and _has_lazy(model):
+        batch = first_batch().to(rank.device)
         with torch.no_grad():
             model.eval()
-            model(first_batch().to(rank.device))
+            model(batch)
     if _has_lazy(model):
         # no batch to size them (trainer embed): DDP refuses unsized parameters, and inference
         # needs neither DDP nor an optimizer; load_state_dict sizes them from the checkpoint
         return model, None, None
+    where.at("the unused-parameter check")
+    unused = find_unused(model, user, spec, cfg.model,
+                         batch if batch is not None else first_batch)
+    if first_batch is not None:
+        from .train import rpc_counters
+        rpc_counters(rank)          # epoch 0 counts its own traffic and time, not the probe's
+        rank.breakdown.take()
     where.at("the model broadcast")
-    # a heterogeneous batch may miss an edge type, a user's module may leave a branch unused
-    unused = spec.is_hetero or cfg.model not in ("sage", "gat")
     ddp = DistributedDataParallel(
         model, device_ids=[rank.device.index] if rank.device.type == "cuda" else None,
         find_unused_parameters=unused)
     ddp.register_comm_hook(None, _timed_allreduce(rank.breakdown))
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     return model, ddp, optimizer
+
+
+def find_unused(model: torch.nn.Module, user: torch.nn.Module, spec: ModelSpec, name: str,
+                batch) -> bool:
+    """DDP's ``find_unused_parameters`` for ``model`` (``user``: the factory's module): the
+    module's own ``find_unused_parameters`` attribute where it sets one; True on a
+    heterogeneous graph (a batch may miss an edge type); else, for a user's module, whether
+    a forward and backward on the first training batch (``batch``, or a function giving it)
+    leaves a parameter without a gradient on any rank. Where every parameter is used the
+    flag would only cost a traversal of the autograd graph per step, and DDP warns about it
+    on every rank; a module whose later batches leave parameters unused says so with the
+    attribute (the error DDP then raises names it, :data:`UNUSED_HINT`)."""
+    own = getattr(user, "find_unused_parameters", None)
+    if isinstance(own, bool):
+        return own
+    if spec.is_hetero:
+        return True
+    if name in ("sage", "gat"):
+        return False
+    if batch is None:
+        return True
+    if callable(batch):
+        batch = batch().to(next(model.parameters()).device)
+    mode = model.training
+    model.eval()      # no dropout draw, no batch-norm statistics: the run stays as it was
+    try:
+        outputs = [t for t in _tensors(model(batch)) if t.requires_grad and t.is_floating_point()]
+        if outputs:
+            sum(t.sum() for t in outputs).backward()
+        missing = not outputs or any(p.requires_grad and p.grad is None
+                                     for p in model.parameters())
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(mode)
+    flag = torch.tensor([int(missing)])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)     # every rank's reducer must agree
+    return bool(flag)
+
+
+UNUSED_HINT = ("the model left parameters without gradients on a batch after every parameter "
+               "had one on the first: set find_unused_parameters = True on the module")
+
+
+def _tensors(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _tensors(o)]
+    return []
 
 
 def _has_lazy(model: torch.nn.Module) -> bool:
@@ -282,15 +343,30 @@ def train_batches(rank: Rank, ddp, loader, epoch: int):
     bar.close()
 
 
-def step(loss, optimizer, where: str) -> None:
+def step(loss, optimizer, where: str, output=None, batch=None) -> None:
     """Backward and optimizer step, refused (NonFiniteLoss, naming ``where``) before a NaN or
-    inf loss spreads to the weights."""
+    inf loss spreads to the weights. With the model's ``output`` and ``batch``: an output
+    that is not finite before any step was taken, on finite inputs, is the model's doing
+    (ModelError), not a divergence."""
     if not torch.isfinite(loss.detach()):
+        if output is not None and not optimizer.state and _finite(batch) and \
+                not all(bool(torch.isfinite(t).all()) for t in _tensors(output)):
+            raise registry.ModelError(f"the model's output holds NaN or inf at {where}, before "
+                                      "any training step and on finite inputs: its forward "
+                                      "makes them")
         raise NonFiniteLoss(f"loss is {loss.item()} at {where}: training diverged or an input "
                             "is not finite; lower --lr or check the data")
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
+
+
+def _finite(batch) -> bool:
+    """Whether every input feature of ``batch`` is finite (sparse ones: their stored values)."""
+    if batch is None:
+        return False
+    values = [x.values if isinstance(x, SparseRows) else x for x in batch.x_dict.values()]
+    return all(bool(torch.isfinite(v).all()) for v in values if isinstance(v, torch.Tensor))
 
 
 class NonFiniteLoss(ValueError):

@@ -16,7 +16,8 @@ import torch
 import torch.distributed as dist
 
 from .config import TrainConfig
-from .loop import build_model, epoch_record, join, report, summarize
+from .loop import UNUSED_HINT, build_model, epoch_record, join, report, summarize
+from .models.registry import ModelError, model_frame
 from .runtime import rendezvous
 from .runtime.checkpoint import (BEST, NAME, CheckpointInfo, load_checkpoint,
                                  load_embedding_shard, save_checkpoint, save_embedding_shard)
@@ -29,7 +30,28 @@ log = logging.getLogger("trainer")
 
 
 def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
-    """Train on this rank until ``cfg.epochs``; returns the final summary (same on all ranks)."""
+    """Train on this rank until ``cfg.epochs``; returns the final summary (same on all ranks).
+    A failure the model causes (its output's shape, its parameters left unused) is a
+    ModelError whose line ends naming ``--model``."""
+    try:
+        return _run_rank(cfg, env)
+    except ModelError as err:
+        if f"--model {cfg.model}" in str(err):
+            raise
+        raise ModelError(f"{err}: --model {cfg.model}") from None
+    except Exception as err:  # noqa: BLE001 - only what the model's own code raised is kept
+        if isinstance(err, RuntimeError) and "Expected to have finished reduction" in str(err):
+            raise ModelError(f"{UNUSED_HINT}: --model {cfg.model}") from None
+        at = model_frame(cfg.model, err)
+        if at is None:
+            raise
+        # the user's bug, in the user's file: its line and the error, not the trainer's stack
+        first = (str(err).strip().splitlines() or [""])[0]
+        raise ModelError(f"the model raised {type(err).__name__}: {first} (at {at}): "
+                         f"--model {cfg.model}") from None
+
+
+def _run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
     rank = join(cfg, env)
     task = LinkTask(rank) if cfg.task == "link" else NodeTask(rank)
     model, ddp, optimizer = build_model(rank, task.first_batch)
@@ -40,6 +62,9 @@ def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
         restore_tables(rank, os.path.join(cfg.checkpoint_dir, NAME), len(history) - 1,
                        "--resume")
     info = CheckpointInfo.of(cfg, rank.part.graph, task.target)
+    if env.rank == 0 and cfg.checkpoint_dir:
+        log.info("checkpoints go to %s: %s after every epoch, %s after the best validation "
+                 "epoch", os.path.abspath(cfg.checkpoint_dir), NAME, BEST)
     for epoch in range(len(history), cfg.epochs):
         torch.manual_seed(mix_seed(cfg.seed, epoch, env.rank))  # dropout: resumable exactly
         start = time.perf_counter()

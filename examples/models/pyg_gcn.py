@@ -1,15 +1,5 @@
-"""PyG's GCN on the whole sampled subgraph; in_channels=-1: sized on the first batch."""
-import torch
-from torch_geometric.nn.models import GCN
-
-
-class SubgraphGCN(torch.nn.Module):
-    def __init__(self, spec):
-        super().__init__()
-        self.gcn = GCN(-1, spec.hidden, spec.num_layers, spec.out_dim, dropout=spec.dropout)
-
-    def forward(self, batch):  # the seeds are the first batch_size rows
-        return self.gcn(batch.x, batch.edge_index)[:batch.batch_size]
-
-
-build = SubgraphGCN  # --model examples.models.pyg_gcn:build calls build(spec)
+"""The example model ``trainer.examples.pyg_gcn`` (installed with the trainer, so it imports from
+any folder), kept importable by its repository path from the repository's root:
+``--model examples.models.pyg_gcn:build``."""
+from trainer.examples.pyg_gcn import *  # noqa: F401,F403
+from trainer.examples.pyg_gcn import build  # noqa: F401

@@ -108,6 +108,30 @@ def check_writable(folder: str) -> None:
                          f"({type(err).__name__}: {err.strerror or err})") from None
 
 
+def check_fresh(folder: str, now: CheckpointInfo) -> None:
+    """Before a run that starts afresh (no ``--resume``, no ``--overwrite``) in ``folder``:
+    a checkpoint there must be of this same run (graph and options, as ``--resume`` compares
+    them), since its epochs replace it. Raises CheckpointRefused naming each difference, or
+    why the checkpoint cannot be compared, and the way out (one line)."""
+    path = os.path.join(folder, NAME)
+    if not os.path.isfile(path):
+        return
+    way_out = (f"pass --overwrite to replace it, --resume to continue it, or choose another "
+               f"--checkpoint-dir: {folder}")
+    try:
+        state = _read(path, "--checkpoint-dir", mmap=True)
+    except CheckpointRefused as err:     # half-written by hand, or another program's file
+        raise CheckpointRefused(f"{err}; pass --overwrite to replace it or choose another "
+                                f"--checkpoint-dir: {folder}") from None
+    if "graph" not in state or "resume" not in state:
+        raise CheckpointRefused(f"--checkpoint-dir: {path} was written by an older trainer "
+                                f"(no graph fingerprint); {way_out}")
+    diff = differences(CheckpointInfo(state["graph"], state["resume"]), now)
+    if diff:
+        raise CheckpointRefused(f"--checkpoint-dir: {path} holds another run's checkpoint ("
+                                + "; ".join(diff) + f"); {way_out}")
+
+
 def check_resume(folder: str, now: CheckpointInfo) -> int | None:
     """Before ``--resume``: epochs done by the checkpoint in ``folder`` (None: there is none).
     Raises CheckpointRefused naming each difference of graph or options (one line)."""
@@ -125,10 +149,10 @@ def check_resume(folder: str, now: CheckpointInfo) -> int | None:
     return len(state["history"])
 
 
-def _read(path: str, flag: str = "--resume") -> dict:
+def _read(path: str, flag: str = "--resume", mmap: bool = False) -> dict:
     import torch
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+    try:   # mmap: the weights stay on disk until read (a check reads the options only)
+        state = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
     except Exception as err:  # noqa: BLE001 - any unreadable checkpoint is refused alike
         raise CheckpointRefused(f"{flag}: {path} is unreadable, not a checkpoint of this trainer "
                             f"({type(err).__name__}: {_short(str(err))})") from None

@@ -11,7 +11,9 @@ ranks would then talk to whatever listens there.
 * When a rank fails (non-zero exit or a signal) the others are ended at once and the launcher
   exits 1 naming it (2 when a rank exited 2: bad input, such as a model output of the
   wrong shape); a rank found stopped (SIGSTOP, state ``T``) is named as the one that
-  stopped answering, since the rank that failed usually just timed out waiting for it.
+  stopped answering, since the rank that failed usually just timed out waiting for it. A
+  rank writes why it failed, one line, to its error file (``GRAPHPREP_ERROR_FILE``); the
+  launcher repeats that line last, so that the culprit it names ends the output.
 * SIGTERM and SIGINT to the launcher are forwarded to every rank; ranks still alive after a
   grace period are killed; the launcher exits 128 + the signal number.
 * A rank whose launcher dies (even by SIGKILL) exits within a second: the kernel sends it
@@ -27,8 +29,10 @@ import logging
 import os
 import signal
 import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -39,6 +43,7 @@ log = logging.getLogger("trainer")
 GRACE_S = 5.0
 LAUNCHER_ENV = "GRAPHPREP_LAUNCHER_PID"
 STORE_FD_ENV = "GRAPHPREP_STORE_FD"     # rank 0's inherited, listening store socket
+ERROR_FILE_ENV = "GRAPHPREP_ERROR_FILE"  # where a rank writes why it failed (one line)
 PR_SET_PDEATHSIG = 1
 FORWARDED = (signal.SIGTERM, signal.SIGINT)
 
@@ -93,13 +98,26 @@ class _Forwarder:
 def launch_local(argv: list[str], world_size: int) -> int:
     """Run ``world_size`` ranks of ``python -m trainer argv``; returns the job's exit code."""
     procs: list[subprocess.Popen] = []
+    errors = tempfile.mkdtemp(prefix="graphprep-rank-errors-")
+    try:
+        code = _launch(argv, world_size, procs, errors)
+        if code not in (0, 128 + signal.SIGTERM, 128 + signal.SIGINT):
+            _repeat_cause(procs, errors)
+        return code
+    finally:
+        shutil.rmtree(errors, ignore_errors=True)
+
+
+def _launch(argv: list[str], world_size: int, procs: list[subprocess.Popen],
+            errors: str) -> int:
     with _Forwarder(procs) as forwarder, \
             listening_socket("127.0.0.1", backlog=max(128, world_size)) as store:
         port, fd = store.getsockname()[1], store.fileno()
         for rank in range(world_size):
             env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-                       LOCAL_WORLD_SIZE=str(world_size), **{LAUNCHER_ENV: str(os.getpid())})
+                       LOCAL_WORLD_SIZE=str(world_size), **{LAUNCHER_ENV: str(os.getpid())},
+                       **{ERROR_FILE_ENV: _error_file(errors, rank)})
             env.pop(STORE_FD_ENV, None)
             if rank == 0:
                 env[STORE_FD_ENV] = str(fd)
@@ -113,6 +131,26 @@ def launch_local(argv: list[str], world_size: int) -> int:
             if forwarder.received:
                 break
         return _watch(procs, forwarder)
+
+
+def _error_file(folder: str, rank: int) -> str:
+    return os.path.join(folder, f"rank-{rank}.txt")
+
+
+def _repeat_cause(procs: list[subprocess.Popen], folder: str) -> None:
+    """Log, last, the line of the rank whose failure is the job's: the first rank that exited
+    2 (bad input) and wrote one, else the first failed rank that wrote one."""
+    failed = sorted((p.returncode != 2, rank) for rank, p in enumerate(procs)
+                    if p.returncode not in (None, 0))
+    for _, rank in failed:
+        try:
+            with open(_error_file(folder, rank)) as f:
+                line = f.read().strip()
+        except OSError:
+            continue
+        if line:
+            log.error("%s", line.splitlines()[0])
+            return
 
 
 def _watch(procs: list[subprocess.Popen], forwarder: _Forwarder) -> int:
@@ -129,7 +167,9 @@ def _watch(procs: list[subprocess.Popen], forwarder: _Forwarder) -> int:
             _blame(procs, failed)
             log.error("ending the other ranks")
             _end(procs)
-            return 2 if any(code == 2 for _, code in failed) else 1   # 2: bad input
+            # 2: bad input, from whichever rank said so: the rank that found it may end a
+            # moment after a peer that only saw it go
+            return 2 if any(p.returncode == 2 for p in procs) else 1
         if all(c == 0 for c in codes):
             return 0
         time.sleep(0.1)

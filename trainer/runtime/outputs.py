@@ -73,13 +73,24 @@ def check_train_outputs(cfg, graph: PartitionedGraph) -> None:
                  ours=is_checkpoint_folder, what="a checkpoint folder of this trainer",
                  overwrite=cfg.overwrite)
     if cfg.metrics_out:
+        if cfg.metrics_out.endswith(("/", os.sep)):
+            raise FormatError("--metrics-out names one JSON file, not a folder (e.g. "
+                              f"{os.path.join(cfg.metrics_out, 'metrics.json')})",
+                              file=cfg.metrics_out)
         written = {os.path.realpath(os.path.join(cfg.checkpoint_dir, n)) for n in CHECKPOINT_FILES}
-        if os.path.realpath(cfg.metrics_out) in written:
+        metrics, folder = os.path.realpath(cfg.metrics_out), os.path.realpath(cfg.checkpoint_dir)
+        if metrics in written:
             raise FormatError("--metrics-out is a file --checkpoint-dir writes; choose another "
                               "path", file=cfg.metrics_out)
         check_output(cfg.metrics_out, inputs, flag="--metrics-out", folder=False,
                      ours=is_metrics_file, what="a metrics file written by the trainer",
                      overwrite=cfg.overwrite)
+        if metrics == folder or folder.startswith(metrics + os.sep):
+            # neither exists yet on a first run: the folder would be made, then the metrics
+            # file could not be written over it after the first epoch
+            raise FormatError("--metrics-out is --checkpoint-dir (or a folder above it): one is "
+                              "a file, the other a folder; give them different paths",
+                              file=cfg.metrics_out)
     remove_partials(cfg)
 
 

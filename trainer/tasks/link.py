@@ -73,7 +73,8 @@ class LinkTask:
                 positive = batch.edge_label.bool()
                 pos, neg = logits[positive], logits[~positive]
                 loss = link_loss(pos, neg)
-                step(loss, optimizer, f"epoch {epoch}, batch {i} (rank {self.rank.env.rank})")
+                step(loss, optimizer, f"epoch {epoch}, batch {i} (rank {self.rank.env.rank})",
+                     logits, batch)
                 # inside the clock: on a GPU, .cpu() waits for the step's kernels
                 loss_sum += loss.detach().double().cpu() * len(pos)
             seen += len(pos)

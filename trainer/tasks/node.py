@@ -46,7 +46,8 @@ class NodeTask:
                 out = ddp(batch)
                 logits = seed_logits(out, batch, self.num_classes)
                 loss = self.loss(ddp.module, out, logits, batch)
-                step(loss, optimizer, f"epoch {epoch}, batch {i} (rank {self.rank.env.rank})")
+                step(loss, optimizer, f"epoch {epoch}, batch {i} (rank {self.rank.env.rank})",
+                     logits, batch)
                 # inside the clock: on a GPU, .cpu() waits for the step's kernels
                 loss_sum += loss.detach().double().cpu() * len(batch.y)
             correct += int((logits.argmax(1) == batch.y).sum())

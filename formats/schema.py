@@ -93,6 +93,35 @@ class KeyMap:
         return {"kind": self.kind, "by_id": list(self.by_id), "rows_per_file": list(self.rows)}
 
 
+DANGLING_MODES = ("error", "drop", "add")
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    """How ``prep chunk`` made the graph (``"chunked"`` in metadata.json), so that ``prep
+    verify --tables`` can account for it; graphs written before it (and DGL's) have none.
+
+    ``reverse``: input edge type -> the type holding its reversed edges (itself for an
+    undirected type); every edge that is not a self loop is reversed, a self loop is its own
+    reverse. ``dangling``: the ``--dangling`` mode of a keyed input (None: not keyed), with
+    per node type the keys added as nodes (``added_nodes``) and per input edge type the edges
+    dropped (``dropped_edges``). ``drop_self_loops``/``dedupe``: those options were given."""
+
+    reverse: dict[EdgeType, EdgeType] = field(default_factory=dict)
+    dangling: str | None = None
+    added_nodes: dict[str, int] = field(default_factory=dict)
+    dropped_edges: dict[EdgeType, int] = field(default_factory=dict)
+    drop_self_loops: bool = False
+    dedupe: bool = False
+
+    def to_json(self) -> dict:
+        return {"reverse": {str(a): str(b) for a, b in self.reverse.items()},
+                "dangling": self.dangling,
+                "added_nodes": dict(self.added_nodes),
+                "dropped_edges": {str(et): n for et, n in self.dropped_edges.items()},
+                "drop_self_loops": self.drop_self_loops, "dedupe": self.dedupe}
+
+
 @dataclass(frozen=True)
 class ChunkedGraph:
     """A chunked graph on disk. Paths in ``ChunkFiles`` are relative to ``root`` (or URLs).
@@ -113,6 +142,7 @@ class ChunkedGraph:
     keys: dict[str, KeyMap] = field(default_factory=dict)
     vocab: dict[str, dict[str, str]] = field(default_factory=dict)   # owner -> field -> file
     format_version: int = FORMAT_VERSION
+    made: ChunkRecord | None = None       # how prep chunk made it; None: not recorded
 
     @property
     def num_edges(self) -> dict[EdgeType, int]:
@@ -158,6 +188,7 @@ class ChunkedGraph:
                           for et, d in self.edge_data.items()},
             **({"keys": {t: m.to_json() for t, m in self.keys.items()}} if self.keys else {}),
             **({"vocab": {o: dict(d) for o, d in self.vocab.items()}} if self.vocab else {}),
+            **({"chunked": self.made.to_json()} if self.made is not None else {}),
         }
 
 
@@ -258,7 +289,8 @@ class _Loader:
                             edge_chunks=edge_chunks, edges=edges, node_data=node_data,
                             edge_data=edge_data, keys=self.key_maps(num_nodes),
                             vocab=self.vocabularies(node_types, etype_names),
-                            format_version=version)
+                            format_version=version,
+                            made=self.record(num_nodes, {str(et): et for et in edge_types}))
 
     def node_counts(self, node_types: list[str]):
         per_type = self.meta.get("num_nodes_per_type")
@@ -359,6 +391,59 @@ class _Loader:
                                                        for f in fields.values()):
                 self.fail("must map field names to files", f"vocab.{owner}")
         return {o: dict(d) for o, d in section.items()}
+
+    def record(self, num_nodes: dict[str, int], etypes: dict[str, EdgeType]
+               ) -> ChunkRecord | None:
+        """The optional ``chunked`` section (:class:`ChunkRecord`). Reversed types must be
+        edge types of the graph; an input edge type may be absent (every edge dropped)."""
+        section = self.meta.get("chunked")
+        if section is None:
+            return None
+        if not isinstance(section, dict):
+            self.fail("must be a JSON object", "chunked")
+        known = ("reverse", "dangling", "added_nodes", "dropped_edges", "drop_self_loops",
+                 "dedupe")
+        for key in section:
+            if key not in known:
+                self.fail(f"unknown key {key!r} (known: {', '.join(known)})", "chunked")
+        reverse = section.get("reverse", {})
+        if not isinstance(reverse, dict):
+            self.fail("must map edge types to the types holding their reversed edges",
+                      "chunked.reverse")
+        pairs = {}
+        for a, b in reverse.items():
+            where = f"chunked.reverse.{a}"
+            fwd = EdgeType.parse(a, file=self.file, field=where)
+            if not isinstance(b, str) or b not in etypes:
+                self.fail(f"{b!r} is not an edge type of the graph", where)
+            if (etypes[b].src, etypes[b].dst) != (fwd.dst, fwd.src):
+                self.fail(f"'{b}' cannot hold the reversed edges of '{a}'", where)
+            pairs[fwd] = etypes[b]
+        dangling = section.get("dangling")
+        if dangling is not None and dangling not in DANGLING_MODES:
+            self.fail(f"must be one of {', '.join(DANGLING_MODES)} or null",
+                      "chunked.dangling")
+        added = self.counts(section.get("added_nodes", {}), "chunked.added_nodes")
+        for t, n in added.items():
+            if t not in num_nodes or n > num_nodes[t]:
+                self.fail(f"{n} nodes added to {t!r}, which has "
+                          f"{num_nodes.get(t, 'no')} nodes", f"chunked.added_nodes.{t}")
+        dropped = {EdgeType.parse(k, file=self.file, field=f"chunked.dropped_edges.{k}"): n
+                   for k, n in self.counts(section.get("dropped_edges", {}),
+                                           "chunked.dropped_edges").items()}
+        flags = {}
+        for key in ("drop_self_loops", "dedupe"):
+            flags[key] = section.get(key, False)
+            if not isinstance(flags[key], bool):
+                self.fail("must be true or false", f"chunked.{key}")
+        return ChunkRecord(pairs, dangling, added, dropped, **flags)
+
+    def counts(self, value, field: str) -> dict[str, int]:
+        if not isinstance(value, dict) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                for v in value.values()):
+            self.fail("must map names to non-negative integers", field)
+        return dict(value)
 
     def key_maps(self, num_nodes: dict[str, int]) -> dict[str, KeyMap]:
         section = self.meta.get("keys", {}) or {}

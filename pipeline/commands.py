@@ -111,6 +111,31 @@ def synth(ctx, out, generator, nodes, edges, hetero, num_classes, feat_dim, homo
         click.echo(_summary(result.graph))
 
 
+# chunk options a tables config decides itself: what to set in the config instead
+CONFIG_DECIDES = {
+    "delimiter": ("--delimiter", "csv: {delimiter: ...} on each table"),
+    "header": ("--header/--no-header", "csv: {header: false} on each headerless table"),
+    "src_col": ("--src-col", "src: on each edge table"),
+    "dst_col": ("--dst-col", "dst: on each edge table"),
+    "num_nodes": ("--num-nodes", "node tables (a type has its table's rows; dangling: add "
+                                 "adds the keys only edges name)"),
+    "node_data": ("--node-data", "features:, label:, split: on a node table"),
+    "map_keys": ("--map-keys", "nothing: a config's keys are always mapped"),
+    "split_name": ("--split-name", "split: on a node table"),
+    "name": ("--name", "name: at the config's top level"),
+}
+
+
+def _refuse_config_overrides(ctx: click.Context, config: str) -> None:
+    """A chunk option that a tables config decides, given with a config: exit 2 naming the
+    option and the config key to use (it would otherwise be ignored without a word)."""
+    from formats import FormatError
+    for param, (flag, instead) in CONFIG_DECIDES.items():
+        if _given(ctx, param):
+            raise FormatError(f"the tables config decides this, not {flag}: use {instead} "
+                              f"(docs/tables-config.md)", file=config, field=flag)
+
+
 def _given(ctx: click.Context, name: str) -> bool:
     """Whether option ``name`` was set by the user (command line or environment)."""
     from click.core import ParameterSource
@@ -190,7 +215,9 @@ def _parse_pairs(values, what: str, *, integer: bool) -> dict:
 @chunk_size_option
 @click.option("--add-reverse-edges", is_flag=True,
               help="Add every edge reversed: into the same type for a homogeneous graph, as "
-                   "dst:rev-<rel>:src types for a heterogeneous one.")
+                   "dst:rev-<rel>:src types for a heterogeneous one. A self loop is its own "
+                   "reverse: it stays single (the count is logged). A tables config says it "
+                   "per edge table instead (reverse: true).")
 @click.option("--dedupe", is_flag=True,
               help="Keep one copy of each (src, dst) per edge type (out-of-core bucket shuffle).")
 @click.option("--drop-self-loops", is_flag=True,
@@ -222,9 +249,10 @@ def _parse_pairs(values, what: str, *, integer: bool) -> dict:
 @nan_option
 @overwrite_option
 @cluster_options
-def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loops, delimiter,
-          header, src_col, dst_col, num_nodes, node_data, name, split_name, map_keys, dangling,
-          nan_policy, overwrite, cluster: ClusterOptions):
+@click.pass_context
+def chunk(ctx, input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loops,
+          delimiter, header, src_col, dst_col, num_nodes, node_data, name, split_name, map_keys,
+          dangling, nan_policy, overwrite, cluster: ClusterOptions):
     """Convert raw graph INPUT into the chunked graph format at OUT.
 
     \b
@@ -244,6 +272,9 @@ def chunk(input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_self_loo
       dgl          DGL's chunked graph format (metadata.json), validated and re-chunked
     The result is validated before it is moved into place; on error nothing is written.
     """
+    from .tables.config import is_config
+    if kind == "tables" or (kind == "auto" and is_config(input)):
+        _refuse_config_overrides(ctx, input)
     result = api.chunk(
         input, out, kind=kind, chunk_size=chunk_size, add_reverse_edges=add_reverse_edges,
         dedupe=dedupe, drop_self_loops=drop_self_loops,
@@ -403,8 +434,10 @@ class VerifyFailed(click.ClickException):
 @nan_option
 @click.option("--tables", type=click.Path(exists=True, dir_okay=False), default=None,
               metavar="CONFIG", help="Also check CHUNKED against the tables it was made from "
-              "(the CONFIG given to `prep chunk`), row by row by key: every node row's fields "
-              "and every edge's endpoints and fields. Default: no tables check.")
+              "(the CONFIG given to `prep chunk`), row by row by key, both ways: every node "
+              "row's fields and every edge's endpoints and fields, and no graph node or edge "
+              "that no row holds; as the graph was chunked (reversed edges, --dangling, "
+              "--drop-self-loops: read from its metadata.json). Default: no tables check.")
 @cluster_options
 def verify(chunked, partitioned, nan_policy, tables, cluster: ClusterOptions):
     """Check that the partitioned graph PARTITIONED (its folder or graph.json) holds exactly the

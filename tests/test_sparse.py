@@ -175,13 +175,15 @@ def test_bad_sparse_column_names_file_field_row(scheduler, tmp_path):
     assert not os.path.exists(tmp_path / "g")
 
 
-def test_config_needs_the_width(scheduler, tmp_path):
-    write_pages(tmp_path, n=50)
+def test_width_without_dim_is_the_largest_index_plus_one(scheduler, tmp_path):
+    expected = write_pages(tmp_path, n=50)
     config = json.load(open(tmp_path / "pages.json"))
     del config["nodes"][0]["sparse"]["feat"]["dim"]
-    with pytest.raises(FormatError) as err:
-        api.chunk(config, str(tmp_path / "g"), scheduler=scheduler)
-    assert "sparse.feat.dim" in str(err.value.field)
+    with open(tmp_path / "pages.json", "w") as f:
+        json.dump(config, f)
+    api.chunk(str(tmp_path / "pages.json"), str(tmp_path / "g"), scheduler=scheduler)
+    widest = max(int(np.flatnonzero(row).max()) for row in expected.values() if row.any())
+    assert load_chunked_graph(str(tmp_path / "g")).node_data["page"]["feat"].dim == widest + 1
 
 
 def test_pyg_sparse_x_stays_sparse(prep, tmp_path):

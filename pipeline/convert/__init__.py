@@ -71,6 +71,9 @@ def build_source(path: str, kind: str, opts: ChunkOptions, out: str, staging: st
         if folder:
             return edgelist.from_edge_folder(path, opts)
         return edgelist.from_edge_file(path, opts)
+    if opts.map_keys and kind != "tables":
+        raise FormatError(f"--map-keys maps the endpoint keys of CSV/Parquet edge lists; {kind} "
+                          "input holds node IDs 0..N-1 already", file=path, field="--map-keys")
     if kind == "npy":
         n = opts.num_nodes.get("") or opts.num_nodes.get("_N")
         return arrays_in.from_numpy(path, staging, opts.chunk_size, n, opts.name)
@@ -119,7 +122,7 @@ def run_chunk(path: str, out: str, kind: str, opts: ChunkOptions, transforms: Tr
             log.info("reading %s as %s", path, kind)
             if tables is not None:
                 from .tables_in import from_config
-                source = from_config(tables, opts, tmp, staging, runner)
+                source = from_config(tables, opts, tmp, staging, runner, nan_policy)
             else:
                 source = build_source(path, kind, opts, tmp, staging, runner, nan_policy)
             graph = convert_source(source, tmp, opts.chunk_size, transforms, runner)

@@ -71,12 +71,17 @@ def _checked_member(npz, path: str):
 def from_numpy(path: str, staging: str, chunk_size: int, num_nodes: int | None,
                name: str | None) -> SourceGraph:
     """A ``.npz`` or a folder of ``.npy``: ``edge_index`` (or ``src`` + ``dst``), edge data as
-    ``edge_<name>``, every other array is node data (``x`` -> feat, ``y`` -> label)."""
+    ``edge_<name>``, every other array is node data (``x`` -> feat, ``y`` -> label); a single
+    ``.npy`` file is an ``edge_index`` alone."""
     if os.path.isdir(path):
         arrays = {os.path.splitext(f)[0]: os.path.join(path, f)
                   for f in sorted(os.listdir(path)) if f.endswith(".npy")}
         load = lambda k: NpyArray.open(arrays[k]).mapped()  # noqa: E731 (errors name the file)
         keys = list(arrays)
+    elif path.lower().endswith(".npy"):     # one array: the edge_index
+        edge_index = NpyArray.open(path).mapped()
+        load = lambda k: edge_index  # noqa: E731
+        keys = ["edge_index"]
     else:
         try:
             npz = np.load(path)

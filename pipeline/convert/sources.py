@@ -14,6 +14,7 @@ import io
 import logging
 import lzma
 import os
+import re
 import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -161,7 +162,15 @@ def csv_parse_error(err: Exception | None, path: str, row0: int, rows: list) -> 
         return FormatError(f"expected {bad.expected_columns} columns, found "
                            f"{bad.actual_columns}: {bad.text!r}", file=path,
                            row=row0 + bad.number - 1 if bad.number else None)
+    found = _ARROW_CSV_PLACE.match(str(err))
+    if found:       # pyarrow's 0-based column and 1-based line of the block: say them as ours
+        column, line, message = found.groups()
+        return FormatError(message, file=path, field=f"column #{column}",
+                           row=row0 + int(line) - 1)
     return FormatError(f"CSV parse error: {err}", file=path)
+
+
+_ARROW_CSV_PLACE = re.compile(r"In CSV column #(\d+): Row #(\d+): (.*)", re.S)
 
 
 def read_line_range(path: str, start: int, end: int) -> bytes:
@@ -634,6 +643,90 @@ class MaskFromIds(ArraySource):
         return mask
 
 
+@dataclass(frozen=True)
+class JoinedPart:
+    """One part of a table joined to a node type by key: its rows' node IDs (``ids``, a
+    ``.npy``), its field rows in the same order (``rows``: ``.npy`` or a CSR chunk), the
+    span of its IDs, and where its rows came from (``keep``: the kept rows' mask, "" all)."""
+
+    ids: str
+    rows: str
+    low: int
+    high: int
+    file: str
+    first_row: int
+    keep: str = ""
+
+
+@dataclass(frozen=True)
+class JoinedRows(ArraySource):
+    """A node field given by a table joined by key (a node type's second table): row ``i``
+    is the joined row whose key has ID ``i``, or a fill (0, -1 for integers, no entry when
+    sparse) where no row has. A read holds the parts whose IDs overlap its range (tables in
+    key order: about one). Raises :class:`FormatError` naming the file and row of a key
+    given twice."""
+
+    rows: int = 0
+    parts: tuple[JoinedPart, ...] = ()
+    files: ChunkFiles = None           # the parts' format (numpy, or csr with dim)
+    dtype: str = "float32"
+    row_shape: tuple[int, ...] = ()
+
+    @property
+    def num_rows(self) -> int:
+        return self.rows
+
+    @property
+    def csr_dim(self) -> int:
+        return self.files.dim if self.files.format == CSR else 0
+
+    def read(self, start: int, stop: int):
+        n = stop - start
+        found, pieces = [], []
+        for part in self.parts:
+            if part.high < start or part.low >= stop:
+                continue
+            ids = np.load(part.ids, mmap_mode="r")
+            at = np.flatnonzero((ids >= start) & (ids < stop))
+            if not len(at):
+                continue
+            found.append(np.asarray(ids[at]) - start)
+            rows = read_array_chunk(part.rows, self.files)
+            pieces.append(rows.take(at) if isinstance(rows, CsrRows) else np.asarray(rows[at]))
+            self._check_once(found, part, at)
+        local = np.concatenate(found) if found else np.empty(0, np.int64)
+        if self.csr_dim:
+            if not pieces:
+                return CsrRows(np.zeros(n + 1, np.int64), np.empty(0, np.int32),
+                               np.empty(0, np.float32), self.csr_dim)
+            order = np.argsort(local, kind="stable")
+            taken = concat_rows(pieces).take(order)
+            counts = np.zeros(n, np.int64)
+            counts[local[order]] = np.diff(taken.indptr)
+            indptr = np.zeros(n + 1, np.int64)
+            np.cumsum(counts, out=indptr[1:])
+            return CsrRows(indptr, taken.indices, taken.values, self.csr_dim)
+        dtype = np.dtype(self.dtype)
+        out = np.full((n,) + self.row_shape, -1 if dtype.kind == "i" else 0, dtype=dtype)
+        if pieces:
+            out[local] = np.concatenate(pieces)
+        return out
+
+    @staticmethod
+    def _check_once(found: list, part: JoinedPart, at: np.ndarray) -> None:
+        """Each ID at most once over the pieces so far (the last one just added)."""
+        ids = np.concatenate(found)
+        order = np.argsort(ids, kind="stable")
+        later = order[1:][ids[order][1:] == ids[order][:-1]]   # a repeat's second position
+        if not len(later):
+            return
+        row = int(at[later.min() - (len(ids) - len(found[-1]))])
+        if part.keep:
+            row = int(np.flatnonzero(np.load(part.keep))[row])
+        raise FormatError("key given twice in a table joined by key (each node once)",
+                          file=part.file, row=part.first_row + row)
+
+
 # ----------------------------------------------------------------------------- the graph
 
 @dataclass(frozen=True)
@@ -656,3 +749,8 @@ class SourceGraph:
     inputs: tuple[str, ...] = ()      # paths fingerprinted into the manifest
     keys: dict = field(default_factory=dict)   # node type -> formats.KeyMap (keyed inputs)
     vocab: dict = field(default_factory=dict)  # owner -> field -> vocabulary file (relative)
+    # How keys and directions were made, for the graph's record (formats.ChunkRecord):
+    reverse: dict = field(default_factory=dict)        # EdgeType -> its reversed edges' type
+    dangling: str | None = None                        # keyed inputs: the --dangling mode
+    added_nodes: dict = field(default_factory=dict)    # ntype -> keys added as nodes
+    dropped_edges: dict = field(default_factory=dict)  # EdgeType -> edges dropped

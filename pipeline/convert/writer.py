@@ -6,7 +6,7 @@ Tasks and what each holds in memory:
 - node data, stream (compressed CSV): one task per field, holding one block plus one chunk;
 - edges: one task per input part (a CSV byte range, Parquet row groups, an array slice, one
   DGL chunk), holding one block plus one output chunk; it checks IDs, drops self-loops and adds
-  reverse edges on the way;
+  reverse edges on the way (a type's reversed edges follow its own, in the same order);
 - dedupe (optional): a bucket shuffle (``pipeline.convert.dedupe``), one bucket per task.
 
 The client holds only metadata and per-part counts.
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError, even_chunks
+from formats.schema import ChunkRecord
 from formats.output import write_array_chunk, write_edge_chunk
 from formats.validate import check_ids
 from formats.sparse import as_rows, concat_rows
@@ -38,6 +39,7 @@ class Transforms:
     """Edge transforms applied while converting (``prep chunk`` options)."""
 
     add_reverse: bool = False      # homogeneous: into the same type; else new rev-<rel> types
+                                   # (self loops stay single: one is its own reverse)
     drop_self_loops: bool = False  # edges u->u of types whose src and dst types are equal
     dedupe: bool = False           # keep one copy of each (src, dst) per edge type
 
@@ -114,21 +116,28 @@ class EdgePartTask:
     chunk_size: int
     limits: tuple[int | None, int | None]
     drop_self_loops: bool
-    reverse: str                     # "none", "same" (into etype) or "new" (rev-<rel> type)
+    reverse: EdgeType | None         # the type the reversed edges go into (etype: same type)
     data_names: tuple[str, ...] = ()
 
 
 @dataclass
 class PartResult:
     chunk_rows: list[int] = field(default_factory=list)
+    reverse_rows: list[int] = field(default_factory=list)   # per chunk: its reversed edges
+    self_loops: int = 0              # self loops not reversed (with ``reverse``)
     rows_read: int = 0
     max_src: int = -1
     max_dst: int = -1
     problem: FormatError | None = None
 
 
-def part_file(etype: EdgeType, part: int, j: int) -> str:
-    return f"edges/{etype.dirname}/p{part:05d}-{j:04d}.parquet"
+def chunk_tag(part: int, j: int, reversed_: bool = False) -> str:
+    """The temporary name of a part's chunk ``j`` (``r...``: its reversed edges)."""
+    return f"{'r' if reversed_ else 'p'}{part:05d}-{j:04d}"
+
+
+def part_file(etype: EdgeType, tag: str) -> str:
+    return f"edges/{etype.dirname}/{tag}.parquet"
 
 
 def write_edge_part(task: EdgePartTask) -> PartResult:
@@ -138,7 +147,6 @@ def write_edge_part(task: EdgePartTask) -> PartResult:
     is unknown) so the client can name the exact row in the file.
     """
     result = PartResult()
-    per_chunk = task.chunk_size // 2 if task.reverse == "same" else task.chunk_size
     writer = _ChunkWriter(task, result)
     try:
         for block in task.part.blocks():
@@ -151,7 +159,7 @@ def write_edge_part(task: EdgePartTask) -> PartResult:
             if task.drop_self_loops and task.etype.src == task.etype.dst:
                 keep = src != dst
                 src, dst, data = src[keep], dst[keep], {k: v[keep] for k, v in data.items()}
-            writer.add(src, dst, data, per_chunk)
+            writer.add(src, dst, data, task.chunk_size)
         writer.flush()
     except FormatError as err:
         first = task.part.first_row
@@ -197,18 +205,20 @@ class _ChunkWriter:
 
     def _write(self, src, dst, data) -> None:
         t, j = self.task, len(self.result.chunk_rows)
-        if t.reverse == "same":
-            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-            data = {k: np.concatenate([v, v]) for k, v in data.items()}
-        targets = [(t.etype, src, dst)]
-        if t.reverse == "new":
-            targets.append((t.etype.reverse(), dst, src))
-        for et, s, d in targets:
-            write_edge_chunk(os.path.join(t.out, part_file(et, t.index, j)), s, d)
-            for name, values in data.items():
+        targets = [(t.etype, chunk_tag(t.index, j), src, dst, data)]
+        if t.reverse is not None:
+            # A self loop is its own reverse: reversing it would only double it.
+            flip = src != dst if t.etype.src == t.etype.dst else np.ones(len(src), bool)
+            self.result.self_loops += int(len(src) - flip.sum())
+            self.result.reverse_rows.append(int(flip.sum()))
+            if flip.any():
+                targets.append((t.reverse, chunk_tag(t.index, j, True), dst[flip], src[flip],
+                                {k: v[flip] for k, v in data.items()}))
+        for et, tag, s, d, values_of in targets:
+            write_edge_chunk(os.path.join(t.out, part_file(et, tag)), s, d)
+            for name, values in values_of.items():
                 write_array_chunk(os.path.join(t.out, data_path("edge_data", et.dirname, name,
-                                                                f"p{t.index:05d}-{j:04d}")),
-                                  values)
+                                                                tag)), values)
         self.result.chunk_rows.append(len(src))
 
 
@@ -221,17 +231,22 @@ def convert_source(source: SourceGraph, out: str, chunk_size: int, transforms: T
     ``runner(fn, items, desc)`` runs tasks (a :class:`pipeline.cluster.TaskRunner`).
     """
     num_nodes, node_chunks, node_data = _write_node_data(source, out, chunk_size, runner)
-    homogeneous = len(source.node_types) == 1 and len(source.edges) == 1
-    reverse = "none" if not transforms.add_reverse else "same" if homogeneous else "new"
+    reverse = reverse_types(source, transforms)
     tasks, owners = [], []
     for es in source.edges:
         limits = (num_nodes.get(es.etype.src), num_nodes.get(es.etype.dst))
         for part in es.parts:
             tasks.append(EdgePartTask(part, len(tasks), es.etype, out, chunk_size, limits,
-                                      transforms.drop_self_loops, reverse, es.data_names))
+                                      transforms.drop_self_loops, reverse.get(es.etype),
+                                      es.data_names))
             owners.append(es)
     results = runner(write_edge_part, tasks, "convert edges")
     _raise_first_problem(tasks, results)
+    for et in reverse:
+        loops = sum(res.self_loops for task, res in zip(tasks, results) if task.etype == et)
+        if loops:
+            log.warning("edge type %s: %d self loops left single (a self loop is its own "
+                        "reverse)", et, loops)
     _infer_node_counts(source, num_nodes, tasks, results)
     for t in source.node_types:
         if t not in node_chunks:
@@ -239,16 +254,21 @@ def convert_source(source: SourceGraph, out: str, chunk_size: int, transforms: T
             node_chunks[t] = even_chunks(num_nodes[t], chunk_size)
 
     edge_types, edge_chunks, edges, edge_data = [], {}, {}, {}
-    out_types = [(es, es.etype) for es in source.edges]
-    if reverse == "new":
-        out_types += [(es, es.etype.reverse()) for es in source.edges]
-    for es, et in out_types:
-        mine = [(task, res) for task, res in zip(tasks, results) if task.etype == es.etype]
-        pieces = [(task.index, j, rows) for task, res in mine
+    out_types = [es.etype for es in source.edges]
+    out_types += [r for r in reverse.values() if r not in out_types]
+    for et in out_types:
+        # The type's own edges, then the reversed edges it holds, each in input order.
+        pieces = [(chunk_tag(task.index, j), rows)
+                  for task, res in zip(tasks, results) if task.etype == et
                   for j, rows in enumerate(res.chunk_rows)]
+        pieces += [(chunk_tag(task.index, j, True), rows)
+                   for task, res in zip(tasks, results) if task.reverse == et
+                   for j, rows in enumerate(res.reverse_rows) if rows]
+        names = next(es.data_names for es in source.edges
+                     if es.etype == et or reverse.get(es.etype) == et)
         edge_types.append(et)
-        files, data_files = _sequential_edge_files(out, et, es.data_names, pieces)
-        edge_chunks[et] = tuple(rows for _, _, rows in pieces)
+        files, data_files = _sequential_edge_files(out, et, names, pieces)
+        edge_chunks[et] = tuple(rows for _, rows in pieces)
         edges[et], edge_data[et] = files, data_files
     if transforms.dedupe:
         from .dedupe import dedupe_edge_type
@@ -263,7 +283,41 @@ def convert_source(source: SourceGraph, out: str, chunk_size: int, transforms: T
                         edge_types=tuple(edge_types), edge_chunks=edge_chunks, edges=edges,
                         node_data=node_data,
                         edge_data={et: d for et, d in edge_data.items() if d},
-                        keys=dict(source.keys), vocab=dict(source.vocab))
+                        keys=dict(source.keys), vocab=dict(source.vocab),
+                        made=_record(source, reverse, transforms))
+
+
+def _record(source: SourceGraph, reverse: dict, transforms: Transforms) -> ChunkRecord | None:
+    """How the graph was made, where anything changed the input's rows: keys mapped (a
+    dangling mode), reversed edges, dropped self loops, dedupe; None for a plain copy (so that
+    re-chunking an exported graph gives the same metadata.json)."""
+    made = ChunkRecord(reverse, source.dangling, dict(source.added_nodes),
+                       dict(source.dropped_edges), transforms.drop_self_loops,
+                       transforms.dedupe)
+    return None if made == ChunkRecord() else made
+
+
+def reverse_types(source: SourceGraph, transforms: Transforms) -> dict[EdgeType, EdgeType]:
+    """Per input edge type to reverse, the type its reversed edges go into: the tables
+    config's ``reverse``/``reverse_type``, then ``--add-reverse-edges`` for the others (a
+    homogeneous graph: the same type; else ``dst:rev-<rel>:src``). Raises
+    :class:`FormatError` when a reversed type would also be an input type or another's."""
+    reverse = dict(source.reverse)
+    if transforms.add_reverse:
+        homogeneous = len(source.node_types) == 1 and len(source.edges) == 1
+        for es in source.edges:
+            reverse.setdefault(es.etype, es.etype if homogeneous else es.etype.reverse())
+    inputs = {es.etype for es in source.edges}
+    seen: dict[EdgeType, EdgeType] = {}
+    for et, rt in reverse.items():
+        if rt != et and (rt in inputs or rt in seen):
+            other = f"holds the reversed edges of '{seen[rt]}'" if rt in seen else \
+                "is an input edge type"
+            raise FormatError(f"the reversed edges of '{et}' would go into a type that {other} "
+                              f"(a tables config can name another: reverse_type): {rt}",
+                              field="--add-reverse-edges")
+        seen[rt] = et
+    return reverse
 
 
 def _write_node_data(source: SourceGraph, out: str, chunk_size: int, runner):
@@ -348,14 +402,15 @@ def _check_chunk_count(t: str, n: int, chunk_size: int, tasks, results) -> None:
 
 
 def _sequential_edge_files(out: str, et: EdgeType, data_names, pieces):
-    """Rename the per-part files of ``et`` to part-00000... in part order."""
+    """Rename the per-part files of ``et`` (``pieces``: (tag, rows) in order) to
+    part-00000..."""
     files, data = [], {name: [] for name in data_names}
-    for k, (index, j, _) in enumerate(pieces):
+    for k, (tag, _) in enumerate(pieces):
         new = f"edges/{et.dirname}/part-{k:05d}.parquet"
-        os.rename(os.path.join(out, part_file(et, index, j)), os.path.join(out, new))
+        os.rename(os.path.join(out, part_file(et, tag)), os.path.join(out, new))
         files.append(new)
         for name in data_names:
-            old_d = data_path("edge_data", et.dirname, name, f"p{index:05d}-{j:04d}")
+            old_d = data_path("edge_data", et.dirname, name, tag)
             new_d = data_path("edge_data", et.dirname, name, k)
             os.rename(os.path.join(out, old_d), os.path.join(out, new_d))
             data[name].append(new_d)

@@ -36,16 +36,23 @@ _UNIT = float(2 ** 53)
 @dataclass(frozen=True)
 class VocabTask:
     part: TablePart
-    fields: tuple[FieldSpec, ...]          # the categorical and label fields
+    fields: tuple[FieldSpec, ...]          # the categorical and label fields (and sparse
+                                           # fields of unknown width)
+    first_row: int = 0                     # the row, in its file, of the part's first row
 
 
 def part_vocabulary(task: VocabTask) -> tuple[list, ...]:
     """Per field: its distinct non-null values in this part (sorted), then whether it had a
-    null (as the list's last element ``None``)."""
+    null (as the list's last element ``None``); for a sparse field, ``[largest index]`` (``[]``
+    when the part has none)."""
     table = read_part(task.part)
     out = []
     for f in task.fields:
         col = table.column(f.columns[0])
+        if f.kind == "sparse":
+            flat = pc.list_flatten(sparse_lists(col, f, task.part.path, task.first_row))
+            out.append([pc.max(flat).as_py()] if len(flat) else [])
+            continue
         _check_category_type(col.type, task.part.path, f.columns[0])
         values = pc.unique(col.drop_null() if col.null_count else col)
         if len(values) > MAX_VOCABULARY:
@@ -57,30 +64,55 @@ def part_vocabulary(task: VocabTask) -> tuple[list, ...]:
 
 
 def _check_category_type(dtype: pa.DataType, path: str, column: str) -> None:
-    if pa.types.is_floating(dtype):
-        raise FormatError("a categorical or label column must hold strings or integers, not "
-                          "floats", file=path, field=column)
+    if not (pa.types.is_integer(dtype) or pa.types.is_string(dtype) or pa.types.is_boolean(
+            dtype) or pa.types.is_large_string(dtype) or pa.types.is_null(dtype)):
+        what = "floats" if pa.types.is_floating(dtype) else str(dtype)
+        hint = (": a list of active indices goes in sparse:" if pa.types.is_list(dtype) or
+                pa.types.is_large_list(dtype) else "")
+        raise FormatError(f"a categorical or label column must hold strings or integers, not "
+                          f"{what}{hint}", file=path, field=column)
 
 
-def merge_vocabularies(per_part: list[tuple[list, ...]], fields) -> list[list]:
-    """Sorted distinct values per field over all parts (a null last when any part had one).
-    Raises :class:`FormatError` when a column mixes strings and integers across files."""
+def merge_vocabularies(per_part: list[tuple[list, ...]], fields,
+                       paths: list[str] | None = None) -> list[list]:
+    """Sorted distinct values per field over all parts (a null last when any part had one);
+    a sparse field of unknown width: ``[largest index + 1]``. Raises :class:`FormatError` when
+    a column mixes strings and integers across files, naming the file (``paths``: each
+    part's) where the second kind appears."""
     merged = []
     for i, f in enumerate(fields):
-        values, null = set(), False
-        for part in per_part:
+        if f.kind == "sparse":
+            top = [v for part in per_part for v in part[i]]
+            if not top:
+                raise FormatError("no active index in any file: give sparse.<field>.dim, the "
+                                  "row width", file=paths[0] if paths else None,
+                                  field=f.columns[0])
+            merged.append([max(max(top) + 1, 1)])
+            continue
+        values, null, kinds = set(), False, {}
+        for j, part in enumerate(per_part):
             vals = part[i]
             if vals and vals[-1] is None:
                 null, vals = True, vals[:-1]
             values.update(vals)
-        if len({type(v) for v in values}) > 1:
-            raise FormatError("column holds strings in some files and integers in others",
-                              field=f.columns[0])
+            for v in vals:
+                kinds.setdefault(_kind(v), (j, v))
+        if len(kinds) > 1:
+            (_, (j0, v0)), (kind, (j, v)) = sorted(kinds.items(), key=lambda kv: kv[1][0])[:2]
+            first = paths[j0] if paths else "another file"
+            raise FormatError(f"column holds {kind} (e.g. {v!r}) here, {_kind(v0)} (e.g. "
+                              f"{v0!r}) in {first}: a column must hold one kind in every file",
+                              file=paths[j] if paths else None, field=f.columns[0])
         if len(values) > MAX_VOCABULARY:
             raise FormatError(f"more than {MAX_VOCABULARY:,} distinct values: not a "
                               f"categorical column", field=f.columns[0])
         merged.append(sorted(values) + ([None] if null and f.kind == "categorical" else []))
     return merged
+
+
+def _kind(value) -> str:
+    return "strings" if isinstance(value, str) else "booleans" if isinstance(value, bool) \
+        else "integers"
 
 
 @dataclass(frozen=True)
@@ -95,6 +127,7 @@ class EncodeTask:
     target: str                          # prefix: <target>.<field>.npy
     edge_split: object = None            # edges: a pipeline.split_edges.SplitSpec
     ids: str = ""                        # edges: prefix of the part's IDs (.src/.dst.npy)
+    nan_policy: str = "error"            # NaN/inf in a feature: error names file, column, row
 
 
 def encode_part(task: EncodeTask) -> int:
@@ -140,12 +173,18 @@ def field_file(target: str, name: str, csr: bool) -> str:
 
 def _encode(f: FieldSpec, vocab: tuple, table: pa.Table, task: EncodeTask) -> np.ndarray:
     if f.kind == "sparse":
-        return csr_from_lists(table.column(f.columns[0]), table.column(f.columns[1])
-                              if len(f.columns) > 1 else None, f.dim, file=task.part.path,
-                              field=f.columns[0], row0=task.first_row)
+        path, row0 = task.part.path, task.first_row
+        values = sparse_lists(table.column(f.columns[1]), f, path, row0, pa.float64()) \
+            if len(f.columns) > 1 else None
+        rows = csr_from_lists(sparse_lists(table.column(f.columns[0]), f, path, row0), values,
+                              f.dim, file=path, field=f.columns[0], row0=row0)
+        if values is not None:
+            _check_finite(rows.values, task, f.columns[1], row=lambda at: int(
+                np.searchsorted(rows.indptr, at, side="right") - 1))
+        return rows
     if f.kind == "feature":
-        return np.concatenate([_numeric(table.column(c), task, c) for c in f.columns], axis=1
-                              ).astype(f.dtype, copy=False)
+        return np.concatenate([_checked(_numeric(table.column(c), task, c), task, c)
+                               for c in f.columns], axis=1).astype(f.dtype, copy=False)
     col = table.column(f.columns[0])
     _check_category_type(col.type, task.part.path, f.columns[0])
     values = [v for v in vocab if v is not None]
@@ -164,9 +203,79 @@ def _encode(f: FieldSpec, vocab: tuple, table: pa.Table, task: EncodeTask) -> np
     return codes
 
 
+def _checked(values: np.ndarray, task: EncodeTask, name: str) -> np.ndarray:
+    _check_finite(values, task, name, row=lambda at: at // max(values.shape[1], 1))
+    return values
+
+
+def _check_finite(values: np.ndarray, task: EncodeTask, name: str, row) -> None:
+    """Under ``nan_policy`` error, a NaN/inf among ``values`` (``row(flat index)``: its
+    row) names the table's file, column and row, not the output chunk it would go to."""
+    if task.nan_policy != "error" or values.dtype.kind != "f":
+        return
+    bad = ~np.isfinite(values.reshape(-1))
+    if bad.any():
+        at = int(np.flatnonzero(bad)[0])
+        raise FormatError(f"{values.reshape(-1)[at]} in a feature (--nan warn or allow accepts "
+                          f"it)", file=task.part.path, field=name,
+                          row=task.first_row + row(at))
+
+
+def sparse_lists(col: pa.ChunkedArray, f: FieldSpec, path: str, row0: int,
+                 value_type: pa.DataType = pa.int64()) -> pa.Array:
+    """A sparse field's column (its indices, or with ``value_type`` float64 its values) as a
+    list array: a list column as it is, a string column split at ``f.separator`` (empty
+    tokens dropped: "3  17 " is [3, 17]; an empty or null string: no entry). Raises
+    :class:`FormatError` naming the file, column and row of a token that is not a number, or
+    for a column of another type. Holds the column's tokens."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    indices = value_type == pa.int64()
+    name, what = (f.columns[0], "indices") if indices else (f.columns[-1], "values")
+    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or \
+            pa.types.is_fixed_size_list(col.type):
+        inner = col.type.value_type
+        if not (pa.types.is_integer(inner) or pa.types.is_null(inner) or (not indices and (
+                pa.types.is_floating(inner) or pa.types.is_decimal(inner)))):
+            raise FormatError(f"sparse {what} must be lists of "
+                              f"{'integers' if indices else 'numbers'}, not {col.type}",
+                              file=path, field=name)
+        return pc.cast(col, pa.list_(inner)) if pa.types.is_fixed_size_list(col.type) else col
+    text_type = pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
+    if (text_type or pa.types.is_null(col.type)) and f.separator:
+        tokens = pc.split_pattern(pc.fill_null(pc.cast(col, pa.string()), ""), f.separator)
+        flat = pc.utf8_trim_whitespace(pc.list_flatten(tokens))
+        parent = pc.list_parent_indices(tokens).to_numpy(zero_copy_only=False)
+        keep = pc.not_equal(flat, "").to_numpy(zero_copy_only=False)
+        flat, parent = flat.filter(pa.array(keep)), parent[keep]
+        try:
+            numbers = pc.cast(flat, value_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pattern = r"^[-+]?[0-9]+$" if indices else \
+                r"^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$|^[-+]?(inf|nan)$"
+            good = pc.match_substring_regex(flat, pattern, ignore_case=True).to_numpy(
+                zero_copy_only=False)
+            at = int(np.flatnonzero(~good)[0]) if (~good).any() else 0
+            raise FormatError(f"{flat[at].as_py()!r} is not "
+                              f"{'an integer index' if indices else 'a number'} (separator "
+                              f"{f.separator!r})", file=path, field=name,
+                              row=row0 + int(parent[at])) from None
+        offsets = np.zeros(len(col) + 1, np.int64)
+        np.cumsum(np.bincount(parent, minlength=len(col)), out=offsets[1:])
+        return pa.LargeListArray.from_arrays(pa.array(offsets), numbers)
+    if text_type:
+        raise FormatError(f"a string column of sparse {what} needs sparse.{f.name}.separator "
+                          f"(e.g. \" \" for \"3 17 42\")", file=path, field=name)
+    raise FormatError(f"sparse {what} must be a list column (or, with separator, a string "
+                      f"column), not {col.type}: a row's active indices are a list",
+                      file=path, field=name)
+
+
 def _numeric(col: pa.ChunkedArray, task: EncodeTask, name: str) -> np.ndarray:
-    """A numeric column as ``[rows, 1]``, a list column of one length as ``[rows, length]``."""
+    """A numeric column as ``[rows, 1]``, a list column of one length as ``[rows, length]``
+    (a part of no rows: ``[0, 1]``, whatever its type: a header-only file has none)."""
     col = col.combine_chunks()
+    if not len(col):
+        return np.zeros((0, 1), np.float32)
     if col.null_count:
         row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
         raise FormatError("missing value in a feature column", file=task.part.path,

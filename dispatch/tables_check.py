@@ -32,13 +32,17 @@ in; the chunked graph's side one edge chunk with its data rows.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from formats import METADATA, ChunkedGraph, EdgeType, FormatError, load_chunked_graph
-from formats.storage import join
+from formats.storage import is_url, join
 from formats.arrays import read_edge_chunk
 from formats.sparse import CsrRows, is_csr
 from pipeline.arrayops import mix
@@ -50,6 +54,7 @@ from pipeline.keys.pieces import read_part
 from pipeline.split_edges import SplitSpec as EdgeSplit
 from pipeline.tables.columns import EncodeTask, edge_split_masks, encode_fields
 from pipeline.tables.config import Fields, TablesConfig, load_config
+from pipeline.tables.parts import input_files, is_json
 from .fingerprint import row_hash
 
 
@@ -90,29 +95,43 @@ def _encoder(graph: ChunkedGraph, owner: str, part, fields: Fields, split=None,
                       "", "", edge_split)
 
 
+def _as_chunked(graph: ChunkedGraph, ntype: str, fields: Fields) -> Fields:
+    """``fields`` with each sparse field's width as the graph holds it: a config may leave
+    ``dim`` out (the chunk step took the largest index + 1)."""
+    made = graph.node_data.get(ntype, {})
+    return replace(fields, fields=tuple(
+        replace(f, dim=made[f.name].dim) if f.kind == "sparse" and not f.dim and f.name in made
+        else f for f in fields.fields))
+
+
 def table_tasks(config: TablesConfig, graph: ChunkedGraph, chunk_size: int, dangling: str,
                 fields: tuple[dict, dict], reverse: dict | None = None,
-                drop_self_loops: bool = False):
+                drop_self_loops: bool = False, staging: str = "", runner=None):
     """``(node tasks, edge tasks)`` for every part of every table of ``config``; ``fields``:
     the graph's ``(node fields, edge fields)`` as :func:`data_fields` opens them;
-    ``reverse``: input edge type -> the type holding its reversed edges (as recorded)."""
+    ``reverse``: input edge type -> the type holding its reversed edges (as recorded);
+    ``staging``/``runner``: where and how JSON array and object tables are parsed into
+    Parquet first (see :func:`read_parts`)."""
     reverse = reverse or {}
     nodes, listed = [], set()
-    for s in config.nodes:
+    for i, s in enumerate(config.nodes):
         # A type's first table lists its nodes; a later one adds fields, joined by key.
         joined = s.ntype in listed
         listed.add(s.ntype)
+        data = _as_chunked(graph, s.ntype, s.data)
         nodes += [NodeRowsTask(graph, fields[0].get(s.ntype, {}), s.ntype, s.key,
-                               _encoder(graph, s.ntype, part, Fields(s.data.fields),
+                               _encoder(graph, s.ntype, part, Fields(data.fields),
                                         s.data.split), dangling if joined else "")
-                  for part in read_parts(s.files, (s.key,), s.data, s.csv, chunk_size)]
+                  for part in read_parts(s.files, (s.key,), data, s.csv, chunk_size, s.json,
+                                         staging, runner, f"n{i}-{s.ntype}")]
     edges = []
-    for s in config.edges:
+    for i, s in enumerate(config.edges):
         split = None
         if s.data.split is not None:
             _, val, test = s.data.split.fractions
             split = EdgeSplit(s.etype, val, test, s.data.split.seed)
-        for part in read_parts(s.files, (s.src, s.dst), s.data, s.csv, chunk_size):
+        for part in read_parts(s.files, (s.src, s.dst), s.data, s.csv, chunk_size, s.json,
+                               staging, runner, f"e{i}-{s.etype.dirname}"):
             encode = _encoder(graph, str(s.etype), part, Fields(s.data.fields),
                               edge_split=split) if s.data.names else None
             edges.append(EdgeRowsTask(graph, fields[1].get(s.etype, {}), s.etype, s.src, s.dst,
@@ -465,8 +484,35 @@ def check_tables(config_path: str, chunked: str, run, chunk_size: int = 1 << 20,
     reverse = dict(made.reverse) if made is not None else {}
     _check_types(config, graph, reverse)
     fields = data_fields(graph)       # every chunk's header read once, here
+    with _json_staging(config, chunked) as staging:
+        return _check_tables(config, graph, run, chunk_size, dangling, made, reverse, fields,
+                             staging)
+
+
+@contextlib.contextmanager
+def _json_staging(config: TablesConfig, chunked: str):
+    """Where JSON tables are parsed into Parquet copies (None: the config has none): a
+    temporary folder beside the chunked graph, where the workers read already (else, for a
+    URL or a read-only folder, the client's temporary folder), removed at the end."""
+    files = input_files([f for s in config.nodes + config.edges for f in s.files])
+    if not any(is_json(f) for f in files):
+        yield ""
+        return
+    parent = None if is_url(chunked) else os.path.dirname(os.path.abspath(chunked))
+    try:
+        folder = tempfile.mkdtemp(prefix=".verify-json-", dir=parent)
+    except OSError:
+        folder = tempfile.mkdtemp(prefix="graphprep-verify-json-")
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _check_tables(config, graph, run, chunk_size, dangling, made, reverse, fields, staging):
     node_tasks, edge_tasks = table_tasks(config, graph, chunk_size, dangling, fields, reverse,
-                                         made is not None and made.drop_self_loops)
+                                         made is not None and made.drop_self_loops, staging,
+                                         run)
     found = run(check_node_rows, node_tasks, "verify node tables") if node_tasks else []
     problems = [r for r in found if isinstance(r, str)]
     if problems:

@@ -177,6 +177,7 @@ def test_docs_citation_graph_runs_as_written(tmp_path, prep):
     vocab = pq.read_table(g.path(g.vocab["paper"]["label"]))["value"].to_pylist()
     got = dict(zip(keys(g, "paper"), field(g, "paper", "label")))
     assert {k: vocab[c] for k, c in got.items() if c >= 0} == labels and got[99] == -1
+    partition_dispatch_verify(prep, tmp_path, "citations.yaml")
 
 
 def test_docs_page_graph_runs_as_written(tmp_path, prep):
@@ -210,3 +211,11 @@ def test_docs_page_graph_runs_as_written(tmp_path, prep):
     feat = field(g, "page", "feat")
     assert feat.shape == (40, 50) and g.node_data["page"]["feat"].format == "csr"
     assert [np.flatnonzero(row).tolist() for row in feat] == [active[p] for p in ids]
+    partition_dispatch_verify(prep, tmp_path, "pages.yaml")
+
+
+def partition_dispatch_verify(prep, tmp_path, config):
+    """The rest of a new user's path: two parts, dispatched, verified against the tables."""
+    prep("partition", tmp_path / "g", tmp_path / "a", "-p", 2)
+    prep("dispatch", tmp_path / "g", tmp_path / "a", tmp_path / "d")
+    prep("verify", tmp_path / "g", tmp_path / "d", "--tables", tmp_path / config)

@@ -66,7 +66,8 @@ def split_codes(spec: SplitSpec, src: np.ndarray, dst: np.ndarray, reverse: bool
 
 
 def twin_types(graph: ChunkedGraph, etype: EdgeType, named: tuple[str, ...] = ()) -> list:
-    """The types holding ``etype``'s edges reversed: ``named`` ones, else those named
+    """The types holding ``etype``'s edges reversed: ``named`` ones, else those the graph's
+    record says hold them (a tables config's ``reverse_type``) and those named
     ``rev-REL``/``rev_REL`` between the same node types the other way round."""
     if named:
         twins = [EdgeType.parse(t, field="--twin") for t in named]
@@ -75,9 +76,13 @@ def twin_types(graph: ChunkedGraph, etype: EdgeType, named: tuple[str, ...] = ()
                 raise FormatError(f"{t} is not an edge type {etype.dst}:*:{etype.src} of the "
                                   "graph", field="--twin")
         return twins
+    made = graph.made.reverse if graph.made is not None else {}
+    recorded = {b for a, b in made.items() if a == etype} | {a for a, b in made.items()
+                                                             if b == etype}
     names = {f"rev-{etype.rel}", f"rev_{etype.rel}"}
     return [t for t in graph.edge_types
-            if t != etype and (t.src, t.dst) == (etype.dst, etype.src) and t.rel in names]
+            if t != etype and (t.src, t.dst) == (etype.dst, etype.src)
+            and (t.rel in names or t in recorded)]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import yaml
 
 from formats import EdgeType, FormatError, load_chunked_graph
 
-from conftest import edges_of, sorted_pairs
+from conftest import edge_data_of, edges_of, sorted_pairs
 from faultkit import assert_clean_exit, prep_fails, run_cli
 
 
@@ -137,3 +137,28 @@ def test_add_reverse_edges_into_an_input_type_is_refused(tmp_path, scheduler):
     prep_fails(scheduler, "chunk", tmp_path / "g.yaml", tmp_path / "g", "--add-reverse-edges",
                code=2, names=("--add-reverse-edges", "b:rev-r:a"))
     assert not (tmp_path / "g").exists()
+
+
+def test_split_edges_finds_a_named_reverse_type_from_the_record(tmp_path, prep):
+    """A config's ``reverse_type: written_by`` is the twin ``prep split-edges`` holds out with
+    the type, without ``--twin`` (only ``rev-<rel>`` names were found before)."""
+    rng = np.random.default_rng(3)
+    pairs = sorted({(f"a{a}", f"p{p}") for a, p in rng.integers(0, 30, (120, 2))})
+    pacsv.write_csv(pa.table({"author": [a for a, _ in pairs], "paper": [p for _, p in pairs]}),
+                    tmp_path / "writes.csv")
+    config = {"name": "w", "edges": [{"type": ["author", "writes", "paper"],
+                                      "files": "writes.csv", "src": "author", "dst": "paper",
+                                      "reverse": True, "reverse_type": "written_by"}]}
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump(config))
+    prep("chunk", tmp_path / "w.yaml", tmp_path / "g")
+    out = prep("split-edges", tmp_path / "g", tmp_path / "s", "--etype",
+               "author:writes:paper").output
+    forward, twin = EdgeType("author", "writes", "paper"), EdgeType("paper", "written_by",
+                                                                    "author")
+    held = {}
+    for et in (forward, twin):
+        s, d = edges_of(tmp_path / "s", str(et))
+        ends = zip(s.tolist(), d.tolist()) if et == forward else zip(d.tolist(), s.tolist())
+        test = edge_data_of(tmp_path / "s", str(et), "test_mask").astype(bool)
+        held[et] = sorted(pair for pair, t in zip(ends, test) if t)
+    assert held[forward] and held[twin] == held[forward], out

@@ -81,11 +81,15 @@ nan_option = click.option(
 @click.option("--split", default="0.6,0.2,0.2", help="train,val,test fractions.")
 @click.option("--seed", type=int, default=0, help="Random seed; output depends only on it.")
 @chunk_size_option
+@click.option("--dry-run", is_flag=True,
+              help="Print the disk at OUT, the memory per worker and in this process that the "
+                   "arguments need (nothing is started or written), and exit. Without it the "
+                   "same check refuses, before any work, a run that cannot fit.")
 @overwrite_option
 @cluster_options
 @click.pass_context
 def synth(ctx, out, generator, nodes, edges, hetero, num_classes, feat_dim, homophily, exponent,
-          scale, edge_factor, rmat_abc, feat_signal, split, seed, chunk_size, overwrite,
+          scale, edge_factor, rmat_abc, feat_signal, split, seed, chunk_size, dry_run, overwrite,
           cluster: ClusterOptions):
     """Generate a synthetic graph into the chunked format at OUT.
 
@@ -104,6 +108,13 @@ def synth(ctx, out, generator, nodes, edges, hetero, num_classes, feat_dim, homo
              (("nodes", nodes), ("edges", edges), ("homophily", homophily),
               ("exponent", exponent), ("scale", scale), ("edge_factor", edge_factor),
               ("rmat_abc", rmat_abc))}
+    if dry_run:
+        from .synth import make_spec
+        from .synth_job import dry_run as synth_dry_run
+        spec = make_spec(generator, hetero=hetero, num_classes=num_classes, feat_dim=feat_dim,
+                         feat_signal=feat_signal, split=fractions, seed=seed, **given)
+        click.echo(synth_dry_run(spec, out, chunk_size, cluster))
+        return
     result = api.synth(out, generator=generator, hetero=hetero, num_classes=num_classes,
                        feat_dim=feat_dim, feat_signal=feat_signal, split=fractions, seed=seed,
                        chunk_size=chunk_size, overwrite=overwrite, **given, **_on(cluster))

@@ -165,17 +165,30 @@ def estimate_partition(graph: ChunkedGraph, method: str, num_parts: int, balance
 
 def _row_bytes(graph: ChunkedGraph, kind: str) -> dict:
     """Bytes per row of all data fields, per node or edge type, from the header of each
-    field's first chunk (as ``prep inspect`` reads it)."""
+    field's first chunk (as ``prep inspect`` reads it); a sparse field's from its stored
+    entries (the chunks' footers)."""
     import numpy as np
 
-    from .inspect import field_layout
+    from formats.sparse import index_dtype
+
+    from .inspect import csr_nnz, field_layout
     data = graph.node_data if kind == "node" else graph.edge_data
+    counts = graph.num_nodes if kind == "node" else graph.num_edges
     out = {}
     for owner, fields in data.items():
         total = 0
         for files in fields.values():
             dtype, shape = field_layout(graph.path(files.files[0]), files)
-            total += np.dtype(dtype or "float64").itemsize * int(np.prod(shape or [1]))
+            item = np.dtype(dtype or "float64").itemsize
+            if files.format == "csr":
+                # a sparse row weighs its stored entries (value and column) and its offset
+                nnz = csr_nnz([graph.path(f) for f in files.files])
+                rows = max(int(counts[owner]), 1)
+                per_entry = item + index_dtype(files.dim).itemsize
+                total += 8 + (per_entry * -(-nnz // rows) if nnz is not None else
+                              item * files.dim)
+            else:
+                total += item * int(np.prod(shape or [1]))
         out[owner] = total
     return out
 
@@ -206,3 +219,74 @@ def estimate_dispatch(graph: ChunkedGraph, num_parts: int,
                     WORKER_BASE + shuffle + build + nodes * 8, scratch, output,
                     f"an edge chunk's shuffle ({shuffle / MB:,.0f} MB) and a part build "
                     f"({build / MB:,.0f} MB) in one worker, plus the old->new map's pages")
+
+
+# prep synth, from its arguments alone (measured on one task of 2^20 rows, planted and R-MAT,
+# numpy's allocations traced: an edge task 32-41 B per row plus Arrow's copy of the two
+# columns, CHUNK_EDGE; a node task its output rows plus 6 B; on disk the node data is exact,
+# .npy, and Parquet packed the random IDs of a 2^20-node graph into 6.3-7.3 B per edge).
+SYNTH_NODE_FIXED = 8 + 3        # per node on disk: the int64 label and three bool masks
+SYNTH_NODE_TASK_EXTRA = 8       # per node row of a node task beyond its output rows
+SYNTH_EDGE_EXTRA = 2            # per edge on disk beyond two IDs at their bit width
+# The client holds, per chunk, its task in the plan (~340 B measured), its metadata, and a
+# Dask future and the scheduler's state of its synth and its validate task (the embedded
+# scheduler lives in the client's process): a few KB, taken as 8 KB.
+CLIENT_PER_CHUNK = 8 << 10
+CLIENT_BASE = 300 * MB          # the client process with Dask's scheduler, before any chunk
+
+
+@dataclass(frozen=True)
+class SynthFootprint:
+    """What ``prep synth`` of a spec needs, from its arguments alone: bytes on disk (edges,
+    node data), the peak of one worker (its largest task), the client's memory, and the
+    counts they come from."""
+
+    edges: int
+    nodes: int
+    chunks: int
+    edge_disk: int
+    node_disk: int
+    edge_task_rows: int
+    node_task_rows: int
+    peak_worker_bytes: int
+    client_bytes: int
+
+    @property
+    def disk_bytes(self) -> int:
+        return self.edge_disk + self.node_disk
+
+    def describe(self, generator: str) -> str:
+        """One line, as ``--dry-run`` prints it."""
+        return (f"synth ({generator}) dry run, from the arguments: {self.edges:,} edges and "
+                f"{self.nodes:,} nodes in {self.chunks:,} chunks; disk ~{size(self.disk_bytes)}"
+                f" (edges {size(self.edge_disk)}, node data {size(self.node_disk)}); peak per "
+                f"worker ~{self.peak_worker_bytes / MB:,.0f} MB (a task of "
+                f"{max(self.edge_task_rows, self.node_task_rows):,} rows); client "
+                f"~{self.client_bytes / MB:,.0f} MB")
+
+
+def size(nbytes: float) -> str:
+    """``nbytes`` in decimal units with 3 significant digits (1.2 TB, 512 GB, 3.4 MB)."""
+    for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{int(nbytes)} B"
+
+
+def estimate_synth(spec, chunk_size: int) -> SynthFootprint:
+    """The footprint of ``prep synth`` of ``spec`` (a ``SynthSpec``) in chunks of
+    ``chunk_size`` rows, computed without building its plan (which is itself O(chunks))."""
+    node_counts, edge_counts = spec.node_counts(), spec.edge_counts()
+    nodes, edges = sum(node_counts.values()), sum(edge_counts.values())
+    labeled = node_counts[spec.labeled_type]
+    chunks = sum(-(-n // chunk_size) for n in edge_counts.values()) + -(-labeled // chunk_size)
+    edge_disk = sum(n * (2 * -(-max(node_counts[et.src], node_counts[et.dst], 2).bit_length()
+                                // 8) + SYNTH_EDGE_EXTRA)
+                    for et, n in edge_counts.items())
+    node_row = 4 * spec.feat_dim + SYNTH_NODE_FIXED
+    node_disk = labeled * node_row
+    edge_rows = min(chunk_size, max(edge_counts.values()))
+    node_rows = min(chunk_size, labeled)
+    task = max(edge_rows * CHUNK_EDGE, node_rows * (node_row + SYNTH_NODE_TASK_EXTRA))
+    return SynthFootprint(edges, nodes, chunks, edge_disk, node_disk, edge_rows, node_rows,
+                          WORKER_BASE + task, CLIENT_BASE + chunks * CLIENT_PER_CHUNK)

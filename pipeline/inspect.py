@@ -5,9 +5,10 @@ assignment (``partition_meta.json``, §2), a partitioned graph (``graph.json`` a
 folders, §3) and a trainer metrics file (``--metrics-out``, §4). Each describer returns a plain
 dict, JSON-ready with stable keys and ``"kind"``; :func:`render_text` turns it into aligned
 tables. Nothing here reads an edge chunk or a data array: counts come from the metadata, dtypes
-and shapes from ``.npy`` headers and Parquet footers (first chunk of a field only), sizes from
-``stat``. The cost is one ``stat`` per file, so a 10^9-edge graph is described in well under a
-second. No torch, no Dask.
+and shapes from ``.npy`` headers and Parquet footers (first chunk of a field only; a sparse
+field's stored entries from every chunk's footer), sizes from ``stat``. The cost is one
+``stat`` per file, so a 10^9-edge graph is described in well under a second. No torch, no
+Dask.
 """
 
 from __future__ import annotations
@@ -194,8 +195,60 @@ def _csv_field(path: str, delimiter: str) -> tuple[str | None, list]:
     return None, ([] if width == 1 else [width])
 
 
+def _csr_field(path: str, dim: int) -> tuple[str, list]:
+    """``(dtype, per-row shape)`` of a sparse (CSR) field: its values' dtype from the first
+    chunk's Parquet footer, its width from metadata.json's ``format.dim``."""
+    import pyarrow as pa
+
+    schema = _parquet_schema(path)
+    names = schema.names
+    if "values" in names:
+        t = schema.field("values").type
+        dtype = _arrow_dtype(t.value_type if pa.types.is_list(t) or
+                             pa.types.is_large_list(t) else t)
+    else:           # no values column: every stored entry is 1 (multi-hot)
+        dtype = "float32"
+    return dtype, [int(dim)]
+
+
+def _parquet_schema(path: str):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    try:
+        return pq.read_schema(open_file(path) if is_url(path) else path)
+    except (pa.ArrowInvalid, OSError) as err:
+        raise FormatError(f"unreadable Parquet footer ({err})", file=path) from None
+
+
+def csr_nnz(paths: list[str]) -> int | None:
+    """Stored entries of a sparse field over its chunks, from each chunk's Parquet footer
+    (the ``indices`` column's statistics: values, not the empty rows' placeholders); None
+    where a chunk's footer has no statistics."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    total = 0
+    for path in paths:
+        try:
+            meta = pq.ParquetFile(open_file(path) if is_url(path) else path).metadata
+        except (pa.ArrowInvalid, OSError) as err:
+            raise FormatError(f"unreadable Parquet footer ({err})", file=path) from None
+        column = next((c for c in range(meta.num_columns) if meta.row_group(0).column(c)
+                       .path_in_schema.split(".")[0] == "indices"), None) \
+            if meta.num_row_groups else None
+        for rg in range(meta.num_row_groups if column is not None else 0):
+            stats = meta.row_group(rg).column(column).statistics
+            if stats is None:
+                return None
+            total += stats.num_values
+    return total
+
+
 def field_layout(first_chunk: str, files: ChunkFiles) -> tuple[str | None, list]:
-    """``(dtype, per-row shape)`` of a data field, from the header of its first chunk."""
+    """``(dtype, per-row shape)`` of a data field, from the header of its first chunk (a
+    sparse field: its values' dtype and its width, ``[dim]``)."""
+    if files.format == "csr":
+        return _csr_field(first_chunk, files.dim)
     if files.format == "numpy":
         dtype, shape = _npy_header(first_chunk)
         return dtype, list(shape[1:])
@@ -224,9 +277,11 @@ def describe_chunked(root: str) -> dict:
     Returns ``{"kind": "chunked", path, graph_name, format_version, manifest, num_nodes,
     num_edges, node_types: [{name, num_nodes, num_chunks, data_fields, bytes}], edge_types:
     [{name, num_edges, num_chunks, format, bytes}], node_data / edge_data: [{type, name,
-    dtype, shape, format, num_chunks, rows, bytes}], bytes: {edges, node_data, edge_data,
-    metadata, total}}``. ``shape`` is per row (``[]`` for 1-D); dtypes and shapes come from
-    the first chunk's header. Holds metadata.json and one size per chunk file.
+    dtype, shape, format, num_chunks, rows, bytes; a sparse (csr) field also dim, nnz,
+    density}], bytes: {edges, node_data, edge_data, metadata, total}}``. ``shape`` is per
+    row (``[]`` for 1-D; a sparse field's ``[dim]``); dtypes and shapes come from the first
+    chunk's header. Holds metadata.json, one size per chunk file and a sparse field's
+    chunk footers.
     """
     graph = load_chunked_graph(root)
     node_fields, node_bytes = [], {}
@@ -280,10 +335,19 @@ def _rows(path: str) -> int:
 
 
 def _describe_field(graph, owner: str, name: str, files: ChunkFiles, rows: int) -> dict:
+    """A data field's row: dtype, per-row shape, format, chunks, rows, bytes; a sparse field
+    also its stored entries (``nnz``, from the chunks' footers) and ``density`` (nnz over
+    rows x width)."""
     dtype, shape = field_layout(graph.path(files.files[0]), files)
-    return {"type": owner, "name": name, "dtype": dtype, "shape": shape,
-            "format": files.format, "num_chunks": len(files.files), "rows": rows,
-            "bytes": sum(size(graph.path(f)) for f in files.files)}
+    out = {"type": owner, "name": name, "dtype": dtype, "shape": shape,
+           "format": files.format, "num_chunks": len(files.files), "rows": rows,
+           "bytes": sum(size(graph.path(f)) for f in files.files)}
+    if files.format == "csr":
+        nnz = csr_nnz([graph.path(f) for f in files.files])
+        cells = rows * files.dim
+        out.update(dim=files.dim, nnz=nnz,
+                   density=None if nnz is None or not cells else nnz / cells)
+    return out
 
 
 # ---------------------------------------------------------------- assignment
@@ -598,6 +662,15 @@ def _shape(shape) -> str:
     return "[" + ", ".join("?" if s is None else str(s) for s in shape) + "]"
 
 
+def _format_cell(field: dict) -> str:
+    """A field's format; a sparse one's with its stored entries and density."""
+    if field["format"] != "csr" or field.get("nnz") is None:
+        return field["format"]
+    density = field.get("density")
+    return (f"csr, {field['nnz']:,} nnz" +
+            (f" (density {100 * density:.3g}%)" if density is not None else ""))
+
+
 def _option(v) -> str:
     if isinstance(v, (list, tuple)):
         return ",".join(map(str, v)) or "-"
@@ -641,8 +714,8 @@ def _text_chunked(d: dict) -> str:
             lines += ["", *table(
                 [owner, section.replace("_", " "), "dtype", "shape", "format", "chunks",
                  "bytes"],
-                [[f["type"], f["name"], f["dtype"] or "?", _shape(f["shape"]), f["format"],
-                  f["num_chunks"], f["bytes"]] for f in d[section]], {6})]
+                [[f["type"], f["name"], f["dtype"] or "?", _shape(f["shape"]),
+                  _format_cell(f), f["num_chunks"], f["bytes"]] for f in d[section]], {6})]
     if d.get("keys"):
         lines += ["", *table(["node type", "keys", "kind", "buckets", "ID 0's key"],
                              [[k["type"], k["keys"], k["kind"], k["buckets"], str(k["first"])]

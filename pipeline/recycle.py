@@ -74,22 +74,35 @@ def on_every_worker(runner, fn: Callable[[], object]) -> Iterator[None]:
         client.unregister_worker_plugin(name)
 
 
+# Restart times per cluster (scheduler address) and worker name, for the whole process: the
+# steps sharing one cluster (a benchmark, the Python API) each have their own Recycler, and
+# the cluster's lost-worker check of one step's restart can fall within the next step's.
+_RESTARTED: dict[str, dict[str, list[float]]] = {}
+
+
 class Recycler:
     """Restarts, between passes, the workers holding more than ``limit`` bytes of anonymous
     memory. A cluster whose workers cannot be restarted (no nanny) turns it off, logged once.
 
-    A worker is absent for about a second while it restarts, and a ``SpecCluster`` (the
-    embedded ``LocalCluster``) closes the nanny of a worker that is absent exactly
+    A worker is absent for about a second while it restarts, and a ``SpecCluster`` (a
+    ``LocalCluster``) closes the nanny of a worker that is absent exactly
     ``distributed.deploy.lost-worker-timeout`` after it left (15 s by default): a worker
-    restarted again at that moment would be gone for good. Such a worker keeps its memory
-    until the next pass instead."""
+    restarted again at that moment would be gone for good. ``cluster.local_cluster``'s
+    clusters close none, but one given by address or by the caller may: such a worker keeps
+    its memory until the next pass instead, whichever step of this process restarted it
+    before. ``timeout``: how long a restart may take (Dask's own wait for the workers to come
+    back), at least ``MIN_RESTART_S``."""
 
     RESTART_WINDOW_S = 5.0     # a restart's absence, with room to spare on a loaded machine
+    MIN_RESTART_S = 30.0       # a restart takes seconds on a loaded machine: never bound below
 
-    def __init__(self, client, limit: int):
+    def __init__(self, client, limit: int, timeout: float = 120.0):
         self.client, self.limit = client, limit
+        self.timeout = max(float(timeout), self.MIN_RESTART_S)
         self.restarts = 0
-        self._left_at: dict[str, list[float]] = {}      # worker name -> restart times
+        self.restarting: list[str] = []                  # "name (address)" of the last restart
+        address = str(getattr(getattr(client, "scheduler", None), "address", id(client)))
+        self._left_at = _RESTARTED.setdefault(address, {})   # worker name -> restart times
 
     def __call__(self) -> None:
         from .cluster import workers_info
@@ -103,16 +116,21 @@ class Recycler:
         log.debug("restarting %d worker(s) holding %s MB (limit %d MB)", len(heavy),
                   [held[w] >> 20 for w in heavy], self.limit >> 20)
         now = time.monotonic()
+        self.restarting = [f"{names[w]} ({w})" for w in heavy]
+        for w in heavy:
+            self._left_at.setdefault(names[w], []).append(now)
         try:
-            self.client.restart_workers(workers=heavy)
+            self.client.restart_workers(workers=heavy, timeout=self.timeout)
         except Exception as err:  # noqa: BLE001 - no nanny, or one that failed: keep going
             log.warning("cannot restart workers to free their memory (%s); they keep it",
                         err)
             self.limit = None
             return
-        for w in heavy:
-            self._left_at.setdefault(names[w], []).append(now)
         self.restarts += len(heavy)
+
+    def describe_restarting(self) -> str:
+        """The workers of the last restart, as ``name (address)``, comma-separated."""
+        return ", ".join(self.restarting)
 
     def _checked_while_away(self, name: str) -> bool:
         """Whether the cluster's lost-worker check of an earlier restart of ``name`` would

@@ -34,6 +34,7 @@ NODE_BLOCK = 1 << 14
 SPLITS = ("train_mask", "val_mask", "test_mask")
 GENERATORS = ("planted", "rmat")
 
+MAX_TYPE_NODES = 1 << 34      # RankPermutation's multiplication stays within int64 below it
 HOMO_NODE = "_N"
 HOMO_EDGE = EdgeType("_N", "_E", "_N")
 # ogbn-mag's node and edge counts: the shape of the heterogeneous mode.
@@ -66,8 +67,10 @@ class SynthSpec:
     @classmethod
     def from_scale(cls, scale: int, edge_factor: int, **kw) -> "SynthSpec":
         """An R-MAT spec: ``2^scale`` nodes, ``edge_factor * 2^scale`` edges."""
-        if not 1 <= scale <= rmat.MAX_SCALE or edge_factor < 1:
-            raise ValueError(f"scale must be in [1, {rmat.MAX_SCALE}] and edge_factor >= 1")
+        if not 1 <= scale <= rmat.MAX_SCALE:
+            raise ValueError(f"the scale must be in [1, {rmat.MAX_SCALE}]: --scale {scale}")
+        if edge_factor < 1:
+            raise ValueError(f"the edge factor must be >= 1: --edge-factor {edge_factor}")
         return cls(1 << scale, edge_factor << scale, generator="rmat", **kw)
 
     @property
@@ -107,9 +110,19 @@ class SynthSpec:
                              "most 1")   # NaN fails the comparisons: refused too
         if not 0 <= self.feat_signal < float("inf"):
             raise ValueError(f"feat_signal {self.feat_signal} must be finite and >= 0")
+        if self.generator == "planted" and self.num_edges < 1:
+            raise ValueError(f"a graph needs at least one edge: --edges {self.num_edges}")
+        if self.generator == "planted" and max(self.node_counts().values()) > MAX_TYPE_NODES:
+            raise ValueError(f"the planted generator supports up to 2^34 "
+                             f"({MAX_TYPE_NODES:,}) nodes per type: --nodes {self.num_nodes}")
         if min(self.node_counts().values()) < 2 * self.num_classes:
-            raise ValueError("every node type needs >= 2 * num_classes nodes; raise "
-                             + ("--scale" if self.generator == "rmat" else "--nodes"))
+            smallest = min(self.node_counts().items(), key=lambda kv: kv[1])
+            raise ValueError(
+                f"every node type needs >= 2 * num_classes = {2 * self.num_classes} nodes"
+                + (f" (type {smallest[0]} gets {smallest[1]:,})" if self.hetero else "")
+                + "; raise it or lower --num-classes: "
+                + (f"--scale {self.scale}" if self.generator == "rmat" else
+                   f"--nodes {self.num_nodes}"))
 
     def _check_rmat(self) -> None:
         n = self.num_nodes
@@ -184,7 +197,9 @@ def make_spec(generator: str = "planted", *, hetero: bool = False, **options) ->
         return SynthSpec(sized["nodes"], sized["edges"], hetero, homophily=sized["homophily"],
                          exponent=sized["exponent"], **options)
     except ValueError as err:
-        raise FormatError(str(err), field="synth options") from None
+        # A message that ends naming its option needs no field before it.
+        named = " --" in str(err)
+        raise FormatError(str(err), field=None if named else "synth options") from None
 
 
 def _floats(values) -> tuple:
@@ -223,7 +238,7 @@ class RankPermutation:
 
     @classmethod
     def for_type(cls, n: int, seed: int, type_index: int) -> "RankPermutation":
-        if n > 1 << 34:
+        if n > MAX_TYPE_NODES:
             raise ValueError("synth supports up to 2**34 nodes per type")
         rng = np.random.default_rng([seed, 0, type_index])
         a = int(n * 0.6180339887) + int(rng.integers(0, max(n // 16, 1))) | 1

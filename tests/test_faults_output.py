@@ -349,11 +349,18 @@ def tiny_disk(tmp_path):
     subprocess.run(["umount", "-l", str(disk)])
 
 
-def test_full_disk_names_device_and_file_and_keeps_previous(scheduler, tiny_disk):
+def test_full_disk_names_device_and_file_and_keeps_previous(scheduler, tiny_disk,
+                                                           monkeypatch):
     from conftest import run_prep
 
     run_prep(scheduler, "synth", tiny_disk / "S", "--nodes", 100, "--edges", 300)
     before = tree_hash(tiny_disk / "S")
+    # synth refuses what its arguments say cannot fit, before any work...
+    prep_fails(scheduler, "synth", tiny_disk / "S", "--nodes", 20000, "--edges", 200000,
+               "--overwrite", code=2, names=["on disk", "free at", "--nodes 20000"])
+    assert tree_hash(tiny_disk / "S") == before
+    # ...and a disk that fills while it writes (an estimate is an estimate) is named too
+    monkeypatch.setattr("pipeline.synth_job.check_fits", lambda *args, **kwargs: None)
     out = prep_fails(scheduler, "synth", tiny_disk / "S", "--nodes", 20000, "--edges", 200000,
                      "--overwrite", code=1, names=["no space left on tmpfs", str(tiny_disk),
                                                    "while writing", ".S.partial"])

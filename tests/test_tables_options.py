@@ -10,7 +10,6 @@ import re
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from faultkit import prep_fails
 from formats import EdgeType, FormatError, load_chunked_graph

@@ -197,8 +197,9 @@ class TablePart:
 
 
 @dataclass(frozen=True)
-class CsvTableRange(TablePart):
-    """The lines of an uncompressed CSV whose first byte lies in ``[start, end)``."""
+class LineRange(TablePart):
+    """The whole lines of an uncompressed text file whose first byte lies in ``[start,
+    end)``: ranges that tile a file read each line once; only the first knows its row."""
 
     start: int = 0
     end: int = 0
@@ -207,6 +208,11 @@ class CsvTableRange(TablePart):
     @property
     def first_row(self) -> int | None:
         return 0 if self.start == 0 else None
+
+
+@dataclass(frozen=True)
+class CsvTableRange(LineRange):
+    """The lines of an uncompressed CSV whose first byte lies in ``[start, end)``."""
 
     def tables(self) -> Iterator[pa.Table]:
         data = read_line_range(self.path, self.start, self.end)
@@ -430,16 +436,8 @@ def _json_lines_table(data, fmt: TableFormat, columns: tuple[str, ...], path: st
 
 
 @dataclass(frozen=True)
-class JsonLinesRange(TablePart):
+class JsonLinesRange(LineRange):
     """The lines of an uncompressed JSON lines file whose first byte lies in ``[start, end)``."""
-
-    start: int = 0
-    end: int = 0
-    fmt: TableFormat = field(default_factory=TableFormat)
-
-    @property
-    def first_row(self) -> int | None:
-        return 0 if self.start == 0 else None
 
     def tables(self) -> Iterator[pa.Table]:
         data = read_line_range(self.path, self.start, self.end)

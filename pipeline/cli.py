@@ -50,14 +50,14 @@ class PrepGroup(OneLineErrors, click.Group):
 def describe_failure(err: BaseException) -> str:
     """One line naming the cause of an unexpected failure."""
     from formats.output import disk_full_error, is_disk_full
-    from .cluster import LostWorkerError
+    from .cluster import ClusterFault
 
     if is_disk_full(err):
         if err.errno is not None and str(err.strerror).startswith("no space left on "):
             return str(err.strerror)
         where = getattr(err, "filename", None)
         return str(disk_full_error(where).strerror) if where else f"no space left: {err}"
-    if isinstance(err, LostWorkerError):
+    if isinstance(err, ClusterFault):
         return str(err)
     name = type(err).__name__
     if name == "KilledWorker":  # distributed: the task's workers kept dying

@@ -270,7 +270,12 @@ def _named_cluster(names, memory_limit, worker_logs: int = QUIET_WORKER_LOGS):
                                              scheduler=scheduler)
 
 
-class LostWorkerError(RuntimeError):
+class ClusterFault(RuntimeError):
+    """The cluster failed the step (not the input): its message is one line, culprit last,
+    which the CLI prints as it is (exit 1)."""
+
+
+class LostWorkerError(ClusterFault):
     """A worker that tasks need left the cluster and did not come back in time."""
 
 
@@ -280,9 +285,8 @@ def _connect_timeout() -> float:
     return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s"))
 
 
-class ClusterUnreachable(LostWorkerError):
-    """The ``--scheduler`` address answers nothing (a ``LostWorkerError``: the CLI prints its
-    one line as it is, the address last)."""
+class ClusterUnreachable(ClusterFault):
+    """The ``--scheduler`` address answers nothing (the message names it last)."""
 
 
 SCHEMES = ("tcp", "tls", "inproc", "ucx", "ws", "wss")   # distributed's comm backends

@@ -642,6 +642,8 @@ class _WorkerWatch:
                             self.desc)
                 self.gone_since[name] = t
         moved = {n for n, a in now.items() if n in self.seen and self.seen[n] != a}
+        for name in sorted(moved - set(self.gone_since)):   # left and came back between asks
+            log.warning("Dask worker %s is back at %s", name, now[name])
         for name in list(self.gone_since):
             self.back[name] = self.back.get(name, 0) + 1 if name in now else 0
             if self.back[name] >= self.STABLE or name in moved:

@@ -106,6 +106,19 @@ class TableFormat:
                                     quoted_strings_can_be_null=False)
 
 
+def read_head_lines(path: str, nbytes: int) -> bytes:
+    """The whole lines within the first ``nbytes`` of a (maybe compressed) text file, the
+    sample its column types are inferred from; a file cut short names itself."""
+    try:
+        with open_file(path, compression="infer") as f:
+            head = f.read(nbytes)
+    except (EOFError, OSError, zlib.error, lzma.LZMAError) as err:
+        if not is_decompress_error(err):
+            raise
+        raise truncated(path, err, 0) from None
+    return head[:head.rfind(b"\n") + 1] if len(head) == nbytes else head
+
+
 def csv_format(path: str, columns: tuple[str, ...], *, delimiter: str | None = None,
                header: bool = True, strings: tuple[str, ...] = (),
                max_rows: int | None = None, names: tuple[str, ...] = ()) -> TableFormat:
@@ -116,16 +129,7 @@ def csv_format(path: str, columns: tuple[str, ...], *, delimiter: str | None = N
     not in the file, or ``names`` of another length than the file's columns."""
     base = strip_compression(path.lower())
     delimiter = delimiter or ("\t" if base.endswith(".tsv") else ",")
-    want = HEAD_BYTES if max_rows is None else 1 << 16
-    try:
-        with open_file(path, compression="infer") as f:
-            head = f.read(want)
-    except (EOFError, OSError, zlib.error, lzma.LZMAError) as err:
-        if not is_decompress_error(err):
-            raise
-        raise truncated(path, err, 0) from None
-    if len(head) == want:
-        head = head[:head.rfind(b"\n") + 1]
+    head = read_head_lines(path, HEAD_BYTES if max_rows is None else 1 << 16)
     if max_rows is not None:
         head = b"\n".join(head.split(b"\n")[:max_rows + int(header)]) + b"\n"
     opts = pacsv.ReadOptions(autogenerate_column_names=not header, use_threads=False)
@@ -400,15 +404,7 @@ def json_lines_format(path: str, columns: tuple[str, ...]) -> TableFormat:
     ``HEAD_BYTES``: each of ``columns``'s type as pyarrow infers it, widened, so that every
     part of the file parses a column alike. Raises :class:`FormatError` naming a column that is
     not in those rows."""
-    try:
-        with open_file(path, compression="infer") as f:
-            head = f.read(HEAD_BYTES)
-    except (EOFError, OSError, zlib.error, lzma.LZMAError) as err:
-        if not is_decompress_error(err):
-            raise
-        raise truncated(path, err, 0) from None
-    if len(head) == HEAD_BYTES:
-        head = head[:head.rfind(b"\n") + 1]
+    head = read_head_lines(path, HEAD_BYTES)
     try:
         table = pajson.read_json(io.BytesIO(head), read_options=pajson.ReadOptions(
             use_threads=False, block_size=max(len(head), 1 << 16)))

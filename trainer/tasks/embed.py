@@ -39,7 +39,7 @@ from formats.cli_types import FiniteFloat
 from formats.console import show_progress
 from formats.output import side_paths, swap_into_place
 
-from ..cli import BadInput, OneLineErrors, end_process, run_as_rank, start_command
+from ..cli import BadInput, OneLineErrors, run_as_rank, start_command
 from ..runtime.launch import LAUNCHER_ENV
 from ..runtime.netif import IFACE_HELP
 from ..runtime.outputs import EMBED_JSON
@@ -107,7 +107,6 @@ def main(graph, checkpoint, out, overwrite, batch_size, device, rpc_timeout, ifa
                 meta, rank=int(rank), part=int(rank), device=device, iface=iface,
                 threads=threads, verify_data=verify_data, rpc_timeout=rpc_timeout,
                 verbose=verbose)
-    end_process(0)      # a thread the user's model module left running must not keep the rank
 
 
 def _check_before_start(meta, checkpoint: str, out: str, overwrite: bool, device: str,

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from formats import EdgeType
-from formats.integrity import (PART_JSON, FileRecord, PartStamp, part_manifest,
+from graphprep.formats import EdgeType
+from graphprep.formats.integrity import (PART_JSON, FileRecord, PartStamp, part_manifest,
                                write_part_json)
-from formats.npyio import NpyWriter, npy_shape, read_rows
-from formats.output import save_npy
-from formats.sparse import CSR, csr_paths
+from graphprep.formats.npyio import NpyWriter, npy_shape, read_rows
+from graphprep.formats.output import save_npy
+from graphprep.formats.sparse import CSR, csr_paths
 from .halo import BitRank, find_halo
 from .plan import DispatchPlan, atomic_folder
 

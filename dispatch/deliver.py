@@ -18,9 +18,9 @@ import time
 
 import fsspec
 
-from formats import FormatError
-from formats.output import MANIFEST, same_work
-from formats.partitioned import GRAPH_JSON
+from graphprep.formats import FormatError
+from graphprep.formats.output import MANIFEST, same_work
+from graphprep.formats.partitioned import GRAPH_JSON
 
 log = logging.getLogger(__name__)
 

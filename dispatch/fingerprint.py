@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from formats.sparse import CsrRows, is_csr
-from pipeline.arrayops import mix
+from graphprep.formats.sparse import CsrRows, is_csr
+from graphprep.pipeline.arrayops import mix
 
 
 def row_hash(values: np.ndarray) -> np.ndarray:

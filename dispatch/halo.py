@@ -13,8 +13,8 @@ import os
 
 import numpy as np
 
-from formats import EdgeType
-from formats.npyio import npy_shape, read_rows
+from graphprep.formats import EdgeType
+from graphprep.formats.npyio import npy_shape, read_rows
 from .plan import DispatchPlan
 
 # popcount of every byte: the fallback for numpy < 2.0, which has no bitwise_count

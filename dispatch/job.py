@@ -21,16 +21,16 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from formats import FormatError, load_chunked_graph
-from formats.assignment import load_assignment
-from formats.integrity import dispatch_id
-from formats.output import (MANIFEST, fingerprint, link_files, make_manifest, read_manifest,
+from graphprep.formats import FormatError, load_chunked_graph
+from graphprep.formats.assignment import load_assignment
+from graphprep.formats.integrity import dispatch_id
+from graphprep.formats.output import (MANIFEST, fingerprint, link_files, make_manifest, read_manifest,
                             restore_previous, same_work, side_paths, swap_into_place, write_json)
-from formats.partitioned import GRAPH_JSON, PartInfo, PartitionedGraph
-from formats.storage import is_url
-from formats.sparse import CSR, csr_paths
-from pipeline.cluster import ClusterOptions, TaskRunner, dask_client
-from formats.guard import guarded_output
+from graphprep.formats.partitioned import GRAPH_JSON, PartInfo, PartitionedGraph
+from graphprep.formats.storage import is_url
+from graphprep.formats.sparse import CSR, csr_paths
+from graphprep.pipeline.cluster import ClusterOptions, TaskRunner, dask_client
+from graphprep.formats.guard import guarded_output
 from .build import PartTask, build_part
 from .deliver import staging_for, upload, url_up_to_date
 from .plan import RANGE_SIZE, DispatchPlan

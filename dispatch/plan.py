@@ -3,7 +3,7 @@
 The work folder holds, per step, one folder per finished task (written under ``*.tmp`` and
 renamed when complete), so a rerun after a kill skips what is done and redoes the rest.
 
-The plan also carries what the tasks check while they read (``formats.validate``): node and
+The plan also carries what the tasks check while they read (``graphprep.formats.validate``): node and
 edge data fields whose every chunk was checked against the first one's dtype and row shape
 from the headers (on the client, once), the NaN/inf policy the tasks apply to the rows they
 read, and node counts that bound every edge endpoint.
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import ChunkedGraph, EdgeType
-from formats.assignment import Assignment
-from formats.validate import NAN_POLICIES
-from pipeline.convert.sources import data_fields
+from graphprep.formats import ChunkedGraph, EdgeType
+from graphprep.formats.assignment import Assignment
+from graphprep.formats.validate import NAN_POLICIES
+from graphprep.pipeline.convert.sources import data_fields
 
 RANGE_SIZE = 1 << 17  # nodes per relabel task and per destination sub-range of a part
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats.output import write_array_chunk
+from graphprep.formats.output import write_array_chunk
 from .plan import DispatchPlan, atomic_folder
 
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import EdgeType
-from formats.output import write_array_chunk
-from formats.validate import read_checked_edges
+from graphprep.formats import EdgeType
+from graphprep.formats.output import write_array_chunk
+from graphprep.formats.validate import read_checked_edges
 from .plan import DispatchPlan, atomic_folder
 
 

@@ -16,7 +16,7 @@ input to parts. One task per table part, as ``prep chunk`` cut them:
 - an **edge table** part: its endpoint keys looked up (rows whose key is missing are dropped
   under ``--dangling drop`` and counted against the graph's record, an error otherwise), its
   fields encoded again, and the multiset of (source ID, destination ID, field rows)
-  fingerprinted (a count and a wrapping hash sum, as :mod:`dispatch.fingerprint`), with the
+  fingerprinted (a count and a wrapping hash sum, as :mod:`graphprep.dispatch.fingerprint`), with the
   same of its reversed edges where the graph has them (every row but self loops); the sum over
   the parts filling a graph edge type must equal the same fingerprint of the chunked graph's
   edges (one task per edge chunk). Where they differ, each part's rows are compared in order
@@ -41,20 +41,20 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow.parquet as pq
 
-from formats import METADATA, ChunkedGraph, EdgeType, FormatError, load_chunked_graph
-from formats.storage import is_url, join
-from formats.arrays import read_edge_chunk
-from formats.sparse import CsrRows, is_csr
-from pipeline.arrayops import mix
-from pipeline.convert.sources import data_fields
-from pipeline.convert.tables_in import read_parts
-from pipeline.keys.hashing import normalize_keys
-from pipeline.keys.lookup import ids_of, keys_of
-from pipeline.keys.pieces import read_part
-from pipeline.split_edges import SplitSpec as EdgeSplit
-from pipeline.tables.columns import EncodeTask, edge_split_masks, encode_fields
-from pipeline.tables.config import Fields, TablesConfig, load_config
-from pipeline.tables.parts import input_files, is_json
+from graphprep.formats import METADATA, ChunkedGraph, EdgeType, FormatError, load_chunked_graph
+from graphprep.formats.storage import is_url, join
+from graphprep.formats.arrays import read_edge_chunk
+from graphprep.formats.sparse import CsrRows, is_csr
+from graphprep.pipeline.arrayops import mix
+from graphprep.pipeline.convert.sources import data_fields
+from graphprep.pipeline.convert.tables_in import read_parts
+from graphprep.pipeline.keys.hashing import normalize_keys
+from graphprep.pipeline.keys.lookup import ids_of, keys_of
+from graphprep.pipeline.keys.pieces import read_part
+from graphprep.pipeline.split_edges import SplitSpec as EdgeSplit
+from graphprep.pipeline.tables.columns import EncodeTask, edge_split_masks, encode_fields
+from graphprep.pipeline.tables.config import Fields, TablesConfig, load_config
+from graphprep.pipeline.tables.parts import input_files, is_json
 from .fingerprint import row_hash
 
 

@@ -29,14 +29,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from formats import ChunkedGraph, EdgeType, FormatError, load_chunked_graph
-from formats.npyio import npy_header_of, read_rows
-from formats.output import is_disk_full, write_array_chunk
-from formats.partitioned import PartitionedGraph, load_partitioned
-from formats.sparse import CSR, concat_rows, csr_paths, is_csr, load_csr
-from formats.validate import read_checked_edges
-from pipeline.arrayops import unique_ints
-from pipeline.cluster import ClusterOptions, TaskRunner, dask_client, workers_info
+from graphprep.formats import ChunkedGraph, EdgeType, FormatError, load_chunked_graph
+from graphprep.formats.npyio import npy_header_of, read_rows
+from graphprep.formats.output import is_disk_full, write_array_chunk
+from graphprep.formats.partitioned import PartitionedGraph, load_partitioned
+from graphprep.formats.sparse import CSR, concat_rows, csr_paths, is_csr, load_csr
+from graphprep.formats.validate import read_checked_edges
+from graphprep.pipeline.arrayops import unique_ints
+from graphprep.pipeline.cluster import ClusterOptions, TaskRunner, dask_client, workers_info
 from .fingerprint import add_prints, edge_hash, new_prints, node_hash, row_hash
 from .plan import RANGE_SIZE, data_fields
 
@@ -613,7 +613,7 @@ def _localize(run: TaskRunner, plan: VerifyPlan, focus: dict, holders) -> None:
 def run_verify(chunked: str, partitioned: str, cluster: ClusterOptions,
                nan_policy: str = "error", tables: str | None = None) -> dict:
     """Check ``partitioned`` against ``chunked`` (and, with ``tables``, a tables config,
-    ``chunked`` against those tables by key first: :mod:`dispatch.tables_check`); raises
+    ``chunked`` against those tables by key first: :mod:`graphprep.dispatch.tables_check`); raises
     :class:`VerifyError` on the first mismatch or damaged part file, :class:`FormatError` on
     bad input (``nan_policy`` applies to the input's float data as it is read); returns counts
     checked. Writes nothing unless a difference must be located."""

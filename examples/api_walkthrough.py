@@ -1,6 +1,6 @@
 # %% [markdown]
 # # graphprep from Python
-# The `prep` steps as functions (`pipeline.api`), on one Dask client you own. Run it as a
+# The `prep` steps as functions (`graphprep.pipeline.api`), on one Dask client you own. Run it as a
 # script (`python examples/api_walkthrough.py [WORKDIR]`) or open it as a notebook
 # (`jupytext --to notebook`: the cells are `# %%` blocks; in a notebook, run the body of
 # `main` cell by cell). Dask starts worker processes by importing this file again, so the
@@ -13,8 +13,8 @@ import tempfile
 
 from distributed import Client
 
-from pipeline import api
-from pipeline.cluster import local_cluster
+from graphprep.pipeline import api
+from graphprep.pipeline.cluster import local_cluster
 
 
 def main(work: str) -> None:

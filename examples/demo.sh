@@ -45,7 +45,7 @@ echo "== prep chunk: a chunked graph in (DGL's format reader), re-chunked and va
 echo "== Cora: partition (METIS, 2 parts) -> dispatch -> train GraphSAGE on 2 ranks"
 "$PREP" partition "$OUT/cora" "$OUT/cora-metis" -p 2 --method metis --balance train
 "$PREP" dispatch "$OUT/cora" "$OUT/cora-metis" "$OUT/cora-partitioned"
-"$PYTHON" -m trainer --graph "$OUT/cora-partitioned/graph.json" --fanouts 10,10 \
+"$PYTHON" -m graphprep.trainer --graph "$OUT/cora-partitioned/graph.json" --fanouts 10,10 \
   --batch-size 32 --lr 0.01 --epochs $CORA_EPOCHS --checkpoint-dir "$OUT/checkpoints/cora" \
   --metrics-out "$OUT/cora-train.json"
 
@@ -53,13 +53,13 @@ echo "== Cora link prediction: split-edges -> METIS -> dispatch -> train (2 rank
 "$PREP" split-edges "$OUT/cora" "$OUT/cora-split" --etype _N:_E:_N --val 0.05 --test 0.1
 "$PREP" partition "$OUT/cora-split" "$OUT/cora-split-metis" -p 2 --method metis
 "$PREP" dispatch "$OUT/cora-split" "$OUT/cora-split-metis" "$OUT/cora-link-partitioned"
-"$PYTHON" -m trainer --graph "$OUT/cora-link-partitioned/graph.json" --task link \
+"$PYTHON" -m graphprep.trainer --graph "$OUT/cora-link-partitioned/graph.json" --task link \
   --fanouts 10,10 --batch-size 256 --lr 0.01 --hidden 64 --epochs $LINK_EPOCHS \
   --checkpoint-dir "$OUT/checkpoints/cora-link" --metrics-out "$OUT/cora-link.json"
-"$PYTHON" -m trainer embed --graph "$OUT/cora-link-partitioned/graph.json" \
+"$PYTHON" -m graphprep.trainer embed --graph "$OUT/cora-link-partitioned/graph.json" \
   --checkpoint "$OUT/checkpoints/cora-link" --out "$OUT/cora-embeddings"
 
 echo "== train GraphSAGE on the 4 synth parts just made (4 ranks: RPC sampling + DDP)"
-"$PYTHON" -m trainer --graph "$OUT/partitioned/graph.json" --fanouts 10,5 --epochs $SYNTH_EPOCHS \
+"$PYTHON" -m graphprep.trainer --graph "$OUT/partitioned/graph.json" --fanouts 10,5 --epochs $SYNTH_EPOCHS \
   --checkpoint-dir "$OUT/checkpoints/synth" --metrics-out "$OUT/synth-train.json"
 echo "demo done: outputs in $OUT/"

@@ -3,6 +3,10 @@
 ``partitioned``). Readers, writers and validation; imports only numpy, pyarrow and fsspec.
 The reference is ``formats/FORMATS.md``."""
 
+if __name__ != "graphprep.formats":     # this folder reached by its bare name (say, from the repository's root)
+    raise ImportError(f"import graphprep.formats, not {__name__}: graphprep installs one package, "
+                      "graphprep (pip install -e . in the repository)")
+
 from .errors import FormatError
 from .schema import (ChunkedGraph, ChunkFiles, EdgeType, even_chunks, load_chunked_graph,
                      FORMAT_VERSION, METADATA)

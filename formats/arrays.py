@@ -133,7 +133,7 @@ def read_array_chunk(path: str, files: ChunkFiles, *, mmap: bool = True) -> np.n
 
     Parquet: one numeric column gives 1-D; a list column or several numeric columns give 2-D.
     CSV: no header, values separated by the declared delimiter; one column gives 1-D.
-    CSR (sparse rows): a :class:`formats.sparse.CsrRows`.
+    CSR (sparse rows): a :class:`graphprep.formats.sparse.CsrRows`.
     """
     if files.format == "csr":
         return read_csr_parquet(path, files.dim)
@@ -233,7 +233,7 @@ def array_info(path: str, files: ChunkFiles) -> ArrayInfo:
     the footer and one row; a ``shape`` in the schema metadata gives the row shape; CSR: the
     footer and the schema)."""
     if files.format == "csr":
-        # values are read as float32 whatever the file stores (formats.sparse)
+        # values are read as float32 whatever the file stores (graphprep.formats.sparse)
         return ArrayInfo(_parquet_file(path).metadata.num_rows, np.dtype(np.float32),
                          (files.dim,))
     if files.format == "parquet":

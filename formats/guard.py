@@ -6,7 +6,7 @@ another tool's file is replaced only when asked.
 * :func:`check_output`: the whole rule for an output path, before any work starts
   (aliasing, file or folder, someone else's file without ``--overwrite``); the ``prep`` steps
   apply the same rule through :func:`guarded_output` and their manifests
-  (``pipeline.step.up_to_date``).
+  (``graphprep.pipeline.step.up_to_date``).
 * :class:`OutputLock`: an exclusive ``flock`` on ``.NAME.lock`` beside OUT, holding the
   holder's pid, host and command line. A second run fails at once naming the holder. The kernel
   drops the lock when its process dies, so a killed run never blocks the next one.
@@ -104,7 +104,7 @@ def _same_file(fd: int, path: str) -> bool:
 def guarded_output(out: str, inputs: Iterable[str]):
     """Refuse an OUT that :func:`check_output` refuses, then hold OUT's lock for the block
     (first undoing a replacement of OUT that a killed run left half done). Whether an existing
-    OUT is the step's own is for its manifest to say (``pipeline.step.up_to_date``)."""
+    OUT is the step's own is for its manifest to say (``graphprep.pipeline.step.up_to_date``)."""
     check_output(out, inputs, flag="OUT", folder=True, ours=lambda _: True,
                  what="this step's output", overwrite=False)
     if is_url(out):
@@ -126,7 +126,7 @@ def check_output(out: str, inputs: Iterable[str], *, flag: str, folder: bool,
     change this); is a file where a ``folder`` is written, or a folder where a file is; lies
     under a file; or exists, is not an empty folder, and ``ours(out)`` says it is not this
     command's own earlier output (``what`` names that output), unless ``overwrite``. The
-    writer then builds the output beside ``out`` and swaps it in (``formats.output``)."""
+    writer then builds the output beside ``out`` and swaps it in (``graphprep.formats.output``)."""
     refuse_aliasing(out, inputs, flag)
     if is_url(out):
         return

@@ -179,7 +179,7 @@ def write_edge_chunk(path: str, src: np.ndarray, dst: np.ndarray) -> None:
 
 def write_array_chunk(path: str, array: np.ndarray) -> None:
     """Write one data chunk as ``.npy`` (memory-mappable). Sparse rows
-    (:class:`formats.sparse.CsrRows`) go to a CSR Parquet chunk where ``path`` ends in
+    (:class:`graphprep.formats.sparse.CsrRows`) go to a CSR Parquet chunk where ``path`` ends in
     ``.parquet``, else to the three ``.npy`` files beside ``path`` (``NAME.indptr.npy``...)."""
     from .sparse import is_csr, save_csr, write_csr_parquet
     os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats.errors import FormatError
-from formats.integrity import PART_JSON, check_part_files, npy_data_bytes, npy_header, \
+from graphprep.formats.errors import FormatError
+from graphprep.formats.integrity import PART_JSON, check_part_files, npy_data_bytes, npy_header, \
     read_part_json
-from formats.partitioned import PartitionedGraph
-from formats.sparse import CSR, csr_paths
-from formats.validate import check_finite
+from graphprep.formats.partitioned import PartitionedGraph
+from graphprep.formats.sparse import CSR, csr_paths
+from graphprep.formats.validate import check_finite
 
 SLICE_ELEMENTS = 1 << 22
 MASKS = ("train_mask", "val_mask", "test_mask")

@@ -1,7 +1,7 @@
 """Chunked graph format (DESIGN §1): dataclasses and the one validating loader.
 
 ``load_chunked_graph`` checks everything that can be checked from ``metadata.json`` and the
-file listing (types, counts, chunk lists, file presence); ``formats.validate`` then checks the
+file listing (types, counts, chunk lists, file presence); ``graphprep.formats.validate`` then checks the
 chunk contents. Both raise :class:`FormatError` naming file, field and row.
 """
 
@@ -59,7 +59,7 @@ class ChunkFiles:
     format: str
     files: tuple[str, ...]
     delimiter: str = ","
-    dim: int = 0            # "csr" (sparse rows, formats.sparse): the row width
+    dim: int = 0            # "csr" (sparse rows, graphprep.formats.sparse): the row width
 
     def to_json(self) -> dict:
         fmt = {"name": self.format}
@@ -75,7 +75,7 @@ class KeyMap:
     """A node type's original keys (``keys`` in metadata.json): ``by_id`` Parquet files of one
     column ``key`` in ID order (``rows`` each), and ``by_key`` one Parquet file of
     ``(key, id)`` per bucket — the top ``bits`` bits of the key's hash
-    (``pipeline.keys.hashing``) — sorted by (hash, key). ``kind``: "integer" (int64) or
+    (``graphprep.pipeline.keys.hashing``) — sorted by (hash, key). ``kind``: "integer" (int64) or
     "string" (binary; UTF-8 for text)."""
 
     kind: str

@@ -1,6 +1,6 @@
 """graphprep's Python API: one function per ``prep`` step, the CLI being a thin layer over it.
 
-    from pipeline import api
+    from graphprep.pipeline import api
     g = api.synth("work/g", nodes=20_000, edges=200_000)
     a = api.partition(g.path, "work/a", num_parts=2, method="metis")
     d = api.dispatch(g.path, a.path, "work/d")
@@ -12,7 +12,7 @@ Every function takes the CLI's options as keywords, with the same defaults, and
 one, each call starts an embedded local cluster of ``workers`` processes, as the CLI does.
 Each returns a typed result. A step whose output already holds the same work (same inputs,
 options and seed) does nothing and returns that output with ``reused=True``; different work
-there is refused unless ``overwrite``. Bad input raises :class:`formats.FormatError` naming
+there is refused unless ``overwrite``. Bad input raises :class:`graphprep.formats.FormatError` naming
 file, field and row; nothing half-written is ever left at the output path.
 
 Nothing here imports torch; ``export`` imports it inside its Dask tasks.
@@ -23,9 +23,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from formats import ChunkedGraph, EdgeType, FormatError, load_chunked_graph
-from formats.assignment import load_assignment
-from formats.partitioned import PartitionedGraph, load_partitioned
+from graphprep.formats import ChunkedGraph, EdgeType, FormatError, load_chunked_graph
+from graphprep.formats.assignment import load_assignment
+from graphprep.formats.partitioned import PartitionedGraph, load_partitioned
 
 from .cluster import ClusterOptions
 
@@ -231,7 +231,7 @@ def dispatch(chunked: str, assignment: str, out: str, *, machines: tuple[str, ..
     """The partitioned graph at ``out`` (a folder or an fsspec URL) from ``chunked`` and its
     ``assignment``; with ``machines``, part p is built by the worker named
     ``machines[p % M]`` on its own machine."""
-    from dispatch.job import run_dispatch
+    from graphprep.dispatch.job import run_dispatch
 
     out = _abs(out)
     graph = run_dispatch(_abs(chunked), _abs(assignment), out,
@@ -246,9 +246,9 @@ def verify(chunked: str, partitioned: str, *, nan_policy: str = "error",
            tables: str | None = None, client=None, **cluster) -> VerifyResult:
     """Check that ``partitioned`` holds exactly ``chunked`` (and, with ``tables``, the path
     of the tables config ``chunked`` was made from, that ``chunked`` holds exactly those
-    tables, row by row by key); raises ``dispatch.verify.VerifyError`` naming the first
+    tables, row by row by key); raises ``graphprep.dispatch.verify.VerifyError`` naming the first
     difference."""
-    from dispatch.verify import run_verify
+    from graphprep.dispatch.verify import run_verify
 
     counts = run_verify(_abs(chunked), _abs(partitioned), cluster_options(client, **cluster),
                         nan_policy, _abs(tables) if tables else None)

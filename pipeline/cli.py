@@ -12,13 +12,13 @@ import sys
 
 import click
 
-from formats import FormatError
-from formats.cli_types import FiniteFloat, OneLineErrors
-from formats.console import setup_logging, show_progress
+from graphprep.formats import FormatError
+from graphprep.formats.cli_types import FiniteFloat, OneLineErrors
+from graphprep.formats.console import setup_logging, show_progress
 from .cluster import (AUTO_RECYCLE_MB, LOST_WORKER_TIMEOUT_KEY, LOST_WORKER_TIMEOUT_S,
                       RECYCLE_MB_KEY, ClusterOptions, tls_security)
 
-log = logging.getLogger("pipeline")
+log = logging.getLogger("graphprep.pipeline")
 
 
 class InputError(click.ClickException):
@@ -49,7 +49,7 @@ class PrepGroup(OneLineErrors, click.Group):
 
 def describe_failure(err: BaseException) -> str:
     """One line naming the cause of an unexpected failure."""
-    from formats.output import disk_full_error, is_disk_full
+    from graphprep.formats.output import disk_full_error, is_disk_full
     from .cluster import ClusterFault
 
     if is_disk_full(err):
@@ -175,6 +175,6 @@ def main():  # console-script entry point
 
 from . import commands  # noqa: E402,F401  (registers the sub-commands)
 
-if __name__ == "__main__":   # `python -m pipeline.cli`: the commands registered on the
-    from pipeline.cli import main as _main   # imported module's group, not on __main__'s
+if __name__ == "__main__":   # `python -m graphprep.pipeline.cli`: the commands registered on the
+    from graphprep.pipeline.cli import main as _main   # imported module's group, not on __main__'s
     sys.exit(_main())

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
-from formats.memory import peak_rss_bytes
+from graphprep.formats.memory import peak_rss_bytes
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def tls_security(scheduler: str | None, ca_file: str | None, cert: str | None,
     (``distributed.comm.tls.*``) then applies. Raises ``FormatError`` naming the option for a
     missing file, a partial set, or a ``tls://`` scheduler with no certificates anywhere."""
     import dask
-    from formats import FormatError
+    from graphprep.formats import FormatError
 
     given = {"--tls-ca-file": ca_file, "--tls-cert": cert, "--tls-key": key}
     for option, path in given.items():
@@ -138,7 +138,7 @@ def memory_limit_bytes(memory_limit: str | int | float) -> int | None:
     ``FormatError`` naming the option for a value that is not a size."""
     from distributed.worker_memory import parse_memory_limit
 
-    from formats import FormatError
+    from graphprep.formats import FormatError
     try:
         return parse_memory_limit(memory_limit, 1, logger=log)
     except (ValueError, TypeError, AssertionError):
@@ -153,7 +153,7 @@ def check_embedded(options: ClusterOptions, workers: int) -> None:
     address or by the caller is not checked (its workers are not ours)."""
     import psutil
 
-    from formats import FormatError
+    from graphprep.formats import FormatError
     if options.scheduler or options.client is not None:
         return
     limit = memory_limit_bytes(options.memory_limit)
@@ -248,7 +248,7 @@ def _require_workers(client, names) -> None:
     have = {w.get("name") for w in workers_info(client).values()}
     missing = [n for n in names if n not in have]
     if missing:
-        from formats import FormatError
+        from graphprep.formats import FormatError
         raise FormatError(f"the cluster has no workers named {missing} (start them with "
                           f"'dask worker ADDR --name NAME'); it has {sorted(map(str, have))}",
                           field="--machines")
@@ -301,7 +301,7 @@ def check_scheduler_address(address: str, timeout: float = 5.0) -> None:
 
     from distributed.comm.addressing import parse_address, parse_host_port
 
-    from formats import FormatError
+    from graphprep.formats import FormatError
     try:
         scheme, location = parse_address(address)
         if scheme not in SCHEMES:
@@ -442,7 +442,7 @@ class TaskRunner:
         """Raise the exception of a failed task, with the task, its file and the line that
         raised it added to the message (the user sees one line). A task cancelled by someone
         else (the scheduler, another client) raises :class:`TaskCancelled` saying so."""
-        from formats import FormatError
+        from graphprep.formats import FormatError
 
         if future.status == "cancelled":
             raise TaskCancelled(f"a task of {desc!r}{_item_file(item)} was cancelled by the "
@@ -753,8 +753,8 @@ class _ExpectedFailures:
         self.__name__ = getattr(fn, "__name__", "task")
 
     def __call__(self, item):
-        from formats import FormatError
-        from formats.output import is_disk_full
+        from graphprep.formats import FormatError
+        from graphprep.formats.output import is_disk_full
 
         try:
             return self.fn(item)

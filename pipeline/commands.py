@@ -6,9 +6,9 @@ import logging
 
 import click
 
-from formats import load_chunked_graph, validate_chunked_graph
-from formats.cli_types import FiniteFloat
-from formats.validate import NAN_POLICIES
+from graphprep.formats import load_chunked_graph, validate_chunked_graph
+from graphprep.formats.cli_types import FiniteFloat
+from graphprep.formats.validate import NAN_POLICIES
 from . import api
 from .rmat import MAX_SCALE
 from .synth import GENERATORS, PLANTED_DEFAULTS, RMAT_DEFAULTS
@@ -140,7 +140,7 @@ CONFIG_DECIDES = {
 def _refuse_config_overrides(ctx: click.Context, config: str) -> None:
     """A chunk option that a tables config decides, given with a config: exit 2 naming the
     option and the config key to use (it would otherwise be ignored without a word)."""
-    from formats import FormatError
+    from graphprep.formats import FormatError
     for param, (flag, instead) in CONFIG_DECIDES.items():
         if _given(ctx, param):
             raise FormatError(f"the tables config decides this, not {flag}: use {instead} "
@@ -415,7 +415,7 @@ def dispatch(chunked, assignment, out, machines, range_size, nan_policy, dry_run
     a kill to finish the job with the same bytes; it says how many tasks were done already.
     """
     if dry_run:
-        from formats.assignment import load_assignment
+        from graphprep.formats.assignment import load_assignment
         from .estimate import estimate_dispatch
         click.echo(estimate_dispatch(load_chunked_graph(chunked),
                                      load_assignment(assignment).meta.num_parts,
@@ -457,7 +457,7 @@ def verify(chunked, partitioned, nan_policy, tables, cluster: ClusterOptions):
     Streaming, chunk by chunk. Exit 1 naming the first mismatch (part, type, original ID; with
     --tables, the table file and key).
     """
-    from dispatch.verify import VerifyError
+    from graphprep.dispatch.verify import VerifyError
 
     try:
         counts = api.verify(chunked, partitioned, nan_policy=nan_policy, tables=tables,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from formats import ChunkedGraph
+from graphprep.formats import ChunkedGraph
 
 MB = 1 << 20
 WORKER_BASE = 170 * MB          # an idle worker after the step's imports (measured 170-195)
@@ -169,7 +169,7 @@ def _row_bytes(graph: ChunkedGraph, kind: str) -> dict:
     entries (the chunks' footers)."""
     import numpy as np
 
-    from formats.sparse import index_dtype
+    from graphprep.formats.sparse import index_dtype
 
     from .inspect import csr_nnz, field_layout
     data = graph.node_data if kind == "node" else graph.edge_data

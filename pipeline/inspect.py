@@ -21,14 +21,14 @@ import re
 import numpy as np
 from numpy.lib import format as npformat
 
-from formats import FormatError, load_chunked_graph
-from formats.assignment import META as ASSIGNMENT_META
-from formats.assignment import load_assignment
-from formats.integrity import PART_JSON
-from formats.output import MANIFEST, side_paths
-from formats.partitioned import GRAPH_JSON, load_partitioned
-from formats.schema import METADATA, ChunkFiles
-from formats.storage import exists, is_url, join, open_file, read_text, size
+from graphprep.formats import FormatError, load_chunked_graph
+from graphprep.formats.assignment import META as ASSIGNMENT_META
+from graphprep.formats.assignment import load_assignment
+from graphprep.formats.integrity import PART_JSON
+from graphprep.formats.output import MANIFEST, side_paths
+from graphprep.formats.partitioned import GRAPH_JSON, load_partitioned
+from graphprep.formats.schema import METADATA, ChunkFiles
+from graphprep.formats.storage import exists, is_url, join, open_file, read_text, size
 from .workload import made_with, work_warnings
 
 KINDS = ("chunked", "assignment", "partitioned", "metrics")
@@ -166,7 +166,7 @@ def _arrow_dtype(arrow_type) -> str:
 
 def _parquet_field(path: str) -> tuple[str, list]:
     """``(dtype, per-row shape)`` of a Parquet data chunk from its footer's schema (see
-    ``formats.arrays.read_array_chunk``: one numeric column is 1-D, a list column or several
+    ``graphprep.formats.arrays.read_array_chunk``: one numeric column is 1-D, a list column or several
     columns 2-D). A variable-length list column's width is not in the schema: ``None``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -271,7 +271,7 @@ def _clean(obj):
 # ---------------------------------------------------------------- chunked graph
 
 def describe_chunked(root: str) -> dict:
-    """A chunked graph folder (loaded with ``formats.load_chunked_graph``, which checks the
+    """A chunked graph folder (loaded with ``graphprep.formats.load_chunked_graph``, which checks the
     metadata and that every chunk file exists).
 
     Returns ``{"kind": "chunked", path, graph_name, format_version, manifest, num_nodes,
@@ -353,7 +353,7 @@ def _describe_field(graph, owner: str, name: str, files: ChunkFiles, rows: int) 
 # ---------------------------------------------------------------- assignment
 
 def describe_assignment(root: str) -> dict:
-    """A partition assignment folder (``formats.assignment.load_assignment`` without a graph:
+    """A partition assignment folder (``graphprep.formats.assignment.load_assignment`` without a graph:
     the metadata is checked, the ``<ntype>.npy`` arrays are not read, only their headers).
 
     Returns ``{"kind": "assignment", path, algo_name, num_parts, graph_name, seed,
@@ -363,7 +363,7 @@ def describe_assignment(root: str) -> dict:
     edges, train, val, test, halo {ntype: n}}], metis_edge_cut, kaminpar_edge_cut, csr_bytes,
     multilevel, auto, warnings}`` (``multilevel``: ``levels``, ``coarse_edge_budget``, ``budget``, the coarsest
     graph's size and METIS cut; None for other methods; ``warnings``: unbalanced edges or
-    training nodes, ``pipeline.workload``). Holds partition_meta.json only.
+    training nodes, ``graphprep.pipeline.workload``). Holds partition_meta.json only.
     """
     if is_url(root):
         raise FormatError("assignments are read from local folders only", file=root)
@@ -437,7 +437,7 @@ def _work_warnings(meta, stats: dict) -> list[str]:
 
 def describe_partitioned(path: str) -> dict:
     """A partitioned graph: ``graph.json`` (or its folder) through
-    ``formats.partitioned.load_partitioned``, plus a listing of each part folder found here.
+    ``graphprep.formats.partitioned.load_partitioned``, plus a listing of each part folder found here.
 
     Returns ``{"kind": "partitioned", path, graph_name, num_parts, part_method, seed, halo_hops,
     format_version, dispatch_id, manifest, integrity: {manifests, stamps_ok}, source,
@@ -542,7 +542,7 @@ def _stamp(g, p: int, folder: str) -> str:
 # ---------------------------------------------------------------- metrics JSON
 
 def describe_metrics(path: str) -> dict:
-    """A trainer metrics file (``python -m trainer --metrics-out``; FORMATS.md §4:
+    """A trainer metrics file (``python -m graphprep.trainer --metrics-out``; FORMATS.md §4:
     ``{config, epochs: [record...], summary}``).
 
     Returns ``{"kind": "metrics", path, task, graph, target, epochs, epochs_planned, complete,

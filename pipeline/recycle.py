@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from formats.memory import anon_bytes
+from graphprep.formats.memory import anon_bytes
 
 from .cluster import AUTO_RECYCLE_MB, RECYCLE_MB_KEY
 

@@ -7,7 +7,7 @@ index* in ``[0, 2^scale)`` per end; a seeded bijection (:class:`RmatPermutation`
 Feistel permutation of ``prep partition --method random`` on its own key stream) maps indices to
 node IDs, so the hubs (indices with few 1-bits, index 0 first) are spread over the ID space, as
 Graph500 permutes its vertex labels. Self-loops and repeated edges are kept, as Graph500
-generates them. The rows and blocks are synth's (see :mod:`pipeline.synth`).
+generates them. The rows and blocks are synth's (see :mod:`graphprep.pipeline.synth`).
 
 Labels: class ``floor(C * i / 2^scale)`` of the node's R-MAT index ``i`` -- its top bits before
 the permutation (for a power-of-two ``C``, exactly the top ``log2 C`` bits). With Graph500's

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError, load_chunked_graph
-from formats.output import (AtomicOutput, fingerprint, link_files, make_manifest,
+from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError, load_chunked_graph
+from graphprep.formats.output import (AtomicOutput, fingerprint, link_files, make_manifest,
                             write_array_chunk)
-from formats.validate import read_checked_edges
+from graphprep.formats.validate import read_checked_edges
 from .arrayops import mix
 from .cluster import ClusterOptions, TaskRunner, dask_client
-from formats.guard import guarded_output
+from graphprep.formats.guard import guarded_output
 from .step import finish_chunked, up_to_date
 
 log = logging.getLogger(__name__)

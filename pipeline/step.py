@@ -10,9 +10,9 @@ import logging
 import os
 import shutil
 
-from formats import FormatError, load_chunked_graph, validate_chunked_graph
-from formats.output import MANIFEST, read_manifest, same_work, side_paths, write_json
-from formats.schema import METADATA, ChunkedGraph
+from graphprep.formats import FormatError, load_chunked_graph, validate_chunked_graph
+from graphprep.formats.output import MANIFEST, read_manifest, same_work, side_paths, write_json
+from graphprep.formats.schema import METADATA, ChunkedGraph
 
 log = logging.getLogger(__name__)
 

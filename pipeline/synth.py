@@ -12,7 +12,7 @@ Everything is generated per fixed-size *block* of rows from ``default_rng([seed,
 block])``, and a chunk is the slice of the blocks it overlaps: the output is the same for any
 number of workers and any chunk size, and a task holds one chunk. Nothing is O(N) in memory.
 
-``generator="rmat"`` swaps the edges for Graph500's R-MAT (:mod:`pipeline.rmat`) and the labels
+``generator="rmat"`` swaps the edges for Graph500's R-MAT (:mod:`graphprep.pipeline.rmat`) and the labels
 for a function of each node's R-MAT index; blocks, chunks, features and masks are the same.
 """
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import ChunkedGraph, ChunkFiles, EdgeType, even_chunks
-from formats.output import write_array_chunk, write_edge_chunk
+from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType, even_chunks
+from graphprep.formats.output import write_array_chunk, write_edge_chunk
 from . import rmat
 
 EDGE_BLOCK = 1 << 16
@@ -168,7 +168,7 @@ def make_spec(generator: str = "planted", *, hetero: bool = False, **options) ->
     (planted) and ``scale``, ``edge_factor``, ``rmat_abc`` (rmat): None means the generator's
     default; one of the other generator's given is refused (``FormatError`` naming it), as is
     anything ``SynthSpec`` refuses. The rest (``num_classes``, ...) go to ``SynthSpec``."""
-    from formats import FormatError
+    from graphprep.formats import FormatError
 
     if generator not in GENERATORS:
         raise FormatError(f"{generator!r}: expected one of {', '.join(GENERATORS)}",

@@ -12,10 +12,10 @@ import logging
 import os
 import shutil
 
-from formats import FormatError
-from formats.output import AtomicOutput, make_manifest
+from graphprep.formats import FormatError
+from graphprep.formats.output import AtomicOutput, make_manifest
 from .cluster import ClusterOptions, TaskRunner, dask_client, workers_info
-from formats.guard import guarded_output
+from graphprep.formats.guard import guarded_output
 from .estimate import SynthFootprint, estimate_synth, size
 from .step import finish_chunked, up_to_date
 from .synth import RMAT_DEFAULTS, SynthSpec, plan, write_synth_chunk

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from formats import EdgeType, load_chunked_graph, read_array_chunk, read_edge_chunk
+from graphprep.formats import EdgeType, load_chunked_graph, read_array_chunk, read_edge_chunk
 
 SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 BUNDLED_DATA = os.path.join(os.path.dirname(__file__), "..", "examples", "data")
@@ -17,7 +17,7 @@ BUNDLED_DATA = os.path.join(os.path.dirname(__file__), "..", "examples", "data")
 
 @pytest.fixture(scope="session")
 def scheduler():
-    from pipeline.cluster import local_cluster
+    from graphprep.pipeline.cluster import local_cluster
 
     with local_cluster(2) as cluster:
         yield cluster.scheduler_address
@@ -26,7 +26,7 @@ def scheduler():
 @pytest.fixture
 def prep(scheduler):
     """``prep(*args, code=0)`` runs the CLI on the session cluster and checks the exit code."""
-    from pipeline.cli import prep as cli
+    from graphprep.pipeline.cli import prep as cli
 
     def run(*args, code=0, cluster=True):
         extra = ["--no-progress"] + (["--scheduler", scheduler] if cluster else [])
@@ -38,7 +38,7 @@ def prep(scheduler):
 
 def run_prep(scheduler, *args):
     """Run a ``prep`` command on the session cluster outside a test (module fixtures)."""
-    from pipeline.cli import prep as cli
+    from graphprep.pipeline.cli import prep as cli
     result = CliRunner().invoke(cli, [str(a) for a in args] +
                                 ["--no-progress", "--scheduler", scheduler])
     assert result.exit_code == 0, (result.output, result.exception)

@@ -64,7 +64,7 @@ def hashes(*paths) -> list[str]:
 def prep_fails(scheduler, *args, code: int, names=(), cluster: bool = True):
     """Run ``prep *args`` in process (on the session cluster); assert it exits ``code`` with a
     message containing every string of ``names`` and no traceback. Returns the output."""
-    from pipeline.cli import prep as cli
+    from graphprep.pipeline.cli import prep as cli
 
     extra = ["--no-progress"] + (["--scheduler", scheduler] if cluster else [])
     result = CliRunner().invoke(cli, [str(a) for a in args] + extra)
@@ -81,12 +81,12 @@ PREP = os.path.join(os.path.dirname(sys.executable), "prep")
 
 
 def run_cli(*args, trainer: bool = False, timeout: float = 300, cwd=None, **kwargs):
-    """Run ``prep *args`` (or ``python -m trainer *args``) as a real process in ``cwd``
+    """Run ``prep *args`` (or ``python -m graphprep.trainer *args``) as a real process in ``cwd``
     (default: the repository); returns the CompletedProcess (text). For kills, signals and
     exit codes as a shell sees them."""
-    cmd = [sys.executable, "-m", "trainer"] if trainer else [PREP]
+    cmd = [sys.executable, "-m", "graphprep.trainer"] if trainer else [PREP]
     env = kwargs.pop("env", None) or dict(os.environ)
-    if cwd is not None:     # `python -m trainer` must still import this checkout
+    if cwd is not None:     # `python -m graphprep.trainer` must still import this checkout
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
     return subprocess.run([*cmd, *map(str, args)], cwd=cwd or ROOT, capture_output=True,
                           text=True, timeout=timeout, env=env, **kwargs)

@@ -1,4 +1,4 @@
-"""The Python API (``pipeline.api``): typed results, an existing client, reruns, errors, and
+"""The Python API (``graphprep.pipeline.api``): typed results, an existing client, reruns, errors, and
 the notebook-style example running end to end."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from formats import FormatError
-from pipeline import api
+from graphprep.formats import FormatError
+from graphprep.pipeline import api
 from tests.conftest import edges_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from conftest import edges_of, node_data_of
-from formats import FormatError, load_chunked_graph
-from pipeline.api import balance_constraints
-from pipeline.partition.base import num_constraints
-from pipeline.partition.weights import combined_weight, constraint_columns
-from pipeline.workload import work_warnings
+from graphprep.formats import FormatError, load_chunked_graph
+from graphprep.pipeline.api import balance_constraints
+from graphprep.pipeline.partition.base import num_constraints
+from graphprep.pipeline.partition.weights import combined_weight, constraint_columns
+from graphprep.pipeline.workload import work_warnings
 from test_balance_defaults import IMBALANCE, TOLERANCE, cut_ratio, hetero, meta_of, rmat
 
 __all__ = ["hetero", "rmat"]           # the module fixtures, shared

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import edges_of, node_data_of, run_prep
-from formats import load_chunked_graph
+from graphprep.formats import load_chunked_graph
 
 IMBALANCE = 0.03            # --imbalance's default
 # metis's rebalance pass enforces the caps; multilevel's balance pass may end a hair over one
@@ -71,7 +71,7 @@ def measured(graph_dir, assignment, k: int) -> dict[str, float]:
 def inspect(*args) -> str:
     """``prep inspect`` (no cluster options)."""
     from click.testing import CliRunner
-    from pipeline.cli import prep as cli
+    from graphprep.pipeline.cli import prep as cli
     r = CliRunner().invoke(cli, ["inspect", *map(str, args)])
     assert r.exit_code == 0, r.output
     return r.output
@@ -156,7 +156,7 @@ def test_default_is_the_same_work_as_its_explicit_constraints(rmat, tmp_path, pr
 def test_train_left_out_where_there_are_no_training_nodes(rmat, tmp_path, prep):
     """Without a train_mask, or with one that has no true row, the default is ntypes,edges
     (--balance train would be refused there: exit 2)."""
-    from pipeline.partition.base import default_balance
+    from graphprep.pipeline.partition.base import default_balance
 
     g = tmp_path / "g"
     shutil.copytree(rmat, g)
@@ -176,8 +176,8 @@ def test_train_left_out_where_there_are_no_training_nodes(rmat, tmp_path, prep):
 def test_memory_estimates_count_the_constraints(rmat, hetero):
     """--dry-run and auto's choice: 32 B per node per vertex-weight column beyond the first
     (the 270 B per edge was calibrated balancing node counts only)."""
-    from pipeline.estimate import METIS_PER_NODE_CONSTRAINT, estimate_partition
-    from pipeline.partition import auto
+    from graphprep.pipeline.estimate import METIS_PER_NODE_CONSTRAINT, estimate_partition
+    from graphprep.pipeline.partition import auto
 
     g = load_chunked_graph(str(rmat))
     n = g.num_nodes["_N"]
@@ -209,7 +209,7 @@ def test_node_counts_only_on_rmat_warn_and_inspect_report_show_it(rmat, tmp_path
     figure = f"the largest part holds {imb['edges']:.2f}x the mean"
     assert warning.startswith(f"edges are unbalanced: {figure}"), warning
     assert "partition with --balance ntypes,edges" in warning
-    assert f"WARNING pipeline.partition: {warning}" in r.output
+    assert f"WARNING graphprep.pipeline.partition: {warning}" in r.output
     # inspect: text and JSON
     assert f"WARNING: {warning}" in inspect(a)
     assert json.loads(inspect(a, "--json"))["stats"]["warnings"] == [warning]
@@ -246,7 +246,7 @@ def test_unbalanced_training_nodes_warn(rmat, tmp_path, prep):
     assert warning.startswith("training nodes are unbalanced: the largest part holds 4.00x "
                               "the mean (part 0, of 4 parts, holds 100% of the training "
                               "nodes); partition with --balance ntypes,train,edges"), warning
-    assert f"WARNING pipeline.partition: {warning}" in r.output
+    assert f"WARNING graphprep.pipeline.partition: {warning}" in r.output
     r = prep("partition", g, tmp_path / "b", "-p", 4, "--method", "metis")
     assert measured(g, tmp_path / "b", 4)["train"] <= 1 + IMBALANCE + 1e-9
     assert meta_of(tmp_path / "b")["stats"]["warnings"] == [] and "WARNING" not in r.output
@@ -277,7 +277,7 @@ def test_random_with_a_hub_over_a_parts_share_warns(rmat, tmp_path, prep):
                   if w.startswith("edges")]
     assert f"{imb['edges']:.2f}x the mean" in warning
     assert "--method random balances node counts only" in warning
-    assert "WARNING pipeline.partition: edges are unbalanced" in r.output
+    assert "WARNING graphprep.pipeline.partition: edges are unbalanced" in r.output
 
 
 def test_a_partitions_cut_and_balance_measured_alike(rmat, tmp_path, prep):

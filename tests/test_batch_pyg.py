@@ -25,8 +25,8 @@ from torch_geometric.utils import trim_to_layer
 
 from conftest import dispatched, edges_of, node_data_of
 from test_dist_sampler import Cluster
-from trainer.data.batches import make_batch
-from trainer.data.features import FeatureFetcher
+from graphprep.trainer.data.batches import make_batch
+from graphprep.trainer.data.features import FeatureFetcher
 
 pytestmark = pytest.mark.timeout(150)
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import edge_data_of, edges_of, node_data_of, shared_data, sorted_pairs
-from formats import load_chunked_graph
+from graphprep.formats import load_chunked_graph
 
 RNG = np.random.default_rng(42)
 

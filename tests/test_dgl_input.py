@@ -19,7 +19,7 @@ import pytest
 
 from conftest import edge_data_of, edges_of, node_data_of
 from dgl_writer import dgl_chunk_graph, dgl_write_parquet
-from formats import EdgeType, load_chunked_graph
+from graphprep.formats import EdgeType, load_chunked_graph
 
 # ------------------------------------------------------------------ the source graph
 
@@ -123,13 +123,13 @@ def as_vector_rows(graph):
 
 
 def test_list_column_reader_needs_nothing_else_imported(tmp_path):
-    """formats.arrays reads list columns in a fresh process (on the session cluster an earlier
+    """graphprep.formats.arrays reads list columns in a fresh process (on the session cluster an earlier
     task may have imported pyarrow.compute already and hidden a missing import)."""
     import subprocess
     import sys
 
     dgl_write_parquet(tmp_path / "v.parquet", np.arange(6.0).reshape(3, 2), vector_rows=True)
-    code = ("import sys; from formats.arrays import read_array_chunk; from formats import "
+    code = ("import sys; from graphprep.formats.arrays import read_array_chunk; from formats import "
             "ChunkFiles; a = read_array_chunk(sys.argv[1], ChunkFiles('parquet', ())); "
             "print(a.shape, a.dtype)")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "v.parquet")],
@@ -196,7 +196,7 @@ def test_nan_labels_refused_with_advice_then_kept_with_nan_ignore(tmp_path, prep
 # A fault planted in the session cluster's workers: validating a data chunk whose path holds
 # "planted" raises AttributeError, as the missing pyarrow.compute import did.
 PLANT = """
-import formats.validate as v
+import graphprep.formats.validate as v
 def array_info(path, files, _real=getattr(v.array_info, "real", v.array_info)):
     if "planted" in path:
         raise AttributeError("module 'pyarrow' has no attribute 'planted'")
@@ -205,7 +205,7 @@ array_info.real = getattr(v.array_info, "real", v.array_info)
 v.array_info = array_info
 """
 UNPLANT = """
-import formats.validate as v
+import graphprep.formats.validate as v
 v.array_info = getattr(v.array_info, "real", v.array_info)
 """
 

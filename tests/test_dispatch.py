@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from conftest import edges_of, node_data_of, shared_data
-from formats.partitioned import load_partitioned
+from graphprep.formats.partitioned import load_partitioned
 
 
 def run_cli(scheduler, *args, code=0):
     from click.testing import CliRunner
-    from pipeline.cli import prep as cli
+    from graphprep.pipeline.cli import prep as cli
     r = CliRunner().invoke(cli, [str(a) for a in args] + ["--no-progress", "--scheduler",
                                                           scheduler])
     assert r.exit_code == code, r.output
@@ -178,7 +178,7 @@ def test_verify_writes_no_scratch_when_parts_agree(scheduler, cora, dispatched, 
 
 
 def test_row_hash_sees_values_as_the_row_comparison_does():
-    from dispatch.fingerprint import row_hash
+    from graphprep.dispatch.fingerprint import row_hash
     a = np.array([[0.0, 1.0], [np.nan, 2.0], [3.0, 4.0]], np.float32)
     b = a.copy()
     b[0, 0] = -0.0
@@ -200,7 +200,7 @@ def test_mutation_swap_halo_ids(scheduler, cora, dispatched):
 
 def test_identical_bytes_for_one_and_two_workers(tmp_path, scheduler, mag):
     from click.testing import CliRunner
-    from pipeline.cli import prep as cli
+    from graphprep.pipeline.cli import prep as cli
     run_cli(scheduler, "partition", mag, tmp_path / "a", "-p", 2)
     for w in (1, 2):
         r = CliRunner().invoke(cli, ["dispatch", str(mag), str(tmp_path / "a"),
@@ -265,7 +265,7 @@ def test_killed_dispatch_resumes_without_redoing_finished_tasks(tmp_path, schedu
     fresh = run_cli(scheduler, "dispatch", tmp_path / "g", tmp_path / "a", tmp_path / "ref",
                     "--range-size", 4000)
     assert "interrupted dispatch" not in fresh.output, fresh.output   # no resume reported
-    cmd = [sys.executable, "-m", "pipeline.cli", "dispatch", str(tmp_path / "g"),
+    cmd = [sys.executable, "-m", "graphprep.pipeline.cli", "dispatch", str(tmp_path / "g"),
            str(tmp_path / "a"), str(tmp_path / "d"), "--range-size", "4000", "--no-progress"]
     partial = tmp_path / ".d.partial"                          # built beside the output
     # The embedded cluster (no --scheduler) dies with the process group: no task of the killed
@@ -296,7 +296,7 @@ def test_killed_dispatch_resumes_without_redoing_finished_tasks(tmp_path, schedu
 
 def test_machines_delivery(tmp_path, cora):
     from click.testing import CliRunner
-    from pipeline.cli import prep as cli
+    from graphprep.pipeline.cli import prep as cli
     r = CliRunner().invoke(cli, ["partition", str(cora), str(tmp_path / "a"), "-p", 3,
                                  "--no-progress"])
     assert r.exit_code == 0
@@ -319,9 +319,9 @@ def test_missing_machine_worker_is_named(tmp_path, scheduler, cora):
 def test_fsspec_memory_output(tmp_path, cora):
     import fsspec
     from distributed import LocalCluster
-    from pipeline.cluster import ClusterOptions
-    from dispatch.job import run_dispatch
-    from pipeline.partition import PartitionOptions, run_partition
+    from graphprep.pipeline.cluster import ClusterOptions
+    from graphprep.dispatch.job import run_dispatch
+    from graphprep.pipeline.partition import PartitionOptions, run_partition
 
     with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster:
         opts = ClusterOptions(scheduler=cluster.scheduler_address, progress=False)

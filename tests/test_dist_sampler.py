@@ -9,12 +9,12 @@ import torch
 from scipy.stats import chi2_contingency, chisquare
 
 from conftest import dispatched, edges_of, node_data_of
-from formats import EdgeType
-from trainer.sampling.dist_sampler import (DistNeighborSampler, Relabeler, relabel, relabel_unique,
+from graphprep.formats import EdgeType
+from graphprep.trainer.sampling.dist_sampler import (DistNeighborSampler, Relabeler, relabel, relabel_unique,
                                   split_by_owner, split_by_owner_argsort)
-from trainer.data.features import FeatureFetcher, HaloCache
-from trainer.sampling.partition import LocalPart, PartitionBook
-from trainer.sampling.service import LocalTransport, PartServer
+from graphprep.trainer.data.features import FeatureFetcher, HaloCache
+from graphprep.trainer.sampling.partition import LocalPart, PartitionBook
+from graphprep.trainer.sampling.service import LocalTransport, PartServer
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="CUDA-only path: no GPU on this machine; the same "

@@ -15,15 +15,15 @@ import pytest
 import torch
 
 from conftest import dispatched, run_prep
-from formats import ChunkFiles, EdgeType, load_chunked_graph, read_edge_chunk
-from formats.output import write_array_chunk
-from trainer.data.batches import make_batch
-from trainer.data.features import FeatureFetcher
-from trainer.data.link_data import exclusion_keys, split_edges, without_held_out
-from trainer.data.link_loader import seed_nodes
-from trainer.sampling.dist_sampler import DistNeighborSampler
-from trainer.sampling.partition import LocalPart
-from trainer.sampling.service import LocalTransport, PartServer
+from graphprep.formats import ChunkFiles, EdgeType, load_chunked_graph, read_edge_chunk
+from graphprep.formats.output import write_array_chunk
+from graphprep.trainer.data.batches import make_batch
+from graphprep.trainer.data.features import FeatureFetcher
+from graphprep.trainer.data.link_data import exclusion_keys, split_edges, without_held_out
+from graphprep.trainer.data.link_loader import seed_nodes
+from graphprep.trainer.sampling.dist_sampler import DistNeighborSampler
+from graphprep.trainer.sampling.partition import LocalPart
+from graphprep.trainer.sampling.service import LocalTransport, PartServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ET = EdgeType("_N", "_E", "_N")
@@ -239,7 +239,7 @@ def test_link_rows_follow_the_held_out_filter_and_the_exclusion(cora_w):
 
 
 def run_trainer(*args, env=None, timeout=300):
-    cmd = [sys.executable, "-m", "trainer", *map(str, args)]
+    cmd = [sys.executable, "-m", "graphprep.trainer", *map(str, args)]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env=env)
 

@@ -20,15 +20,15 @@ import pytest
 import torch
 
 from conftest import dispatched, node_data_of, run_prep
-from trainer.batch import Batch, Layer, full_graph_batch
-from trainer.data.embeddings import EmbeddingTable, SparseEmbeddings, featureless_types
-from trainer.data.features import EMBEDDING, FeatureFetcher
-from trainer.models.rgcn import RGCN, RGCNConv, build
-from trainer.models.spec import ModelSpec
-from trainer.runtime.checkpoint import shard_paths
-from trainer.runtime.outputs import is_checkpoint_folder
-from trainer.sampling.partition import LocalPart
-from trainer.sampling.service import LocalTransport, PartServer
+from graphprep.trainer.batch import Batch, Layer, full_graph_batch
+from graphprep.trainer.data.embeddings import EmbeddingTable, SparseEmbeddings, featureless_types
+from graphprep.trainer.data.features import EMBEDDING, FeatureFetcher
+from graphprep.trainer.models.rgcn import RGCN, RGCNConv, build
+from graphprep.trainer.models.spec import ModelSpec
+from graphprep.trainer.runtime.checkpoint import shard_paths
+from graphprep.trainer.runtime.outputs import is_checkpoint_folder
+from graphprep.trainer.sampling.partition import LocalPart
+from graphprep.trainer.sampling.service import LocalTransport, PartServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -155,7 +155,7 @@ def test_initial_rows_follow_the_original_id_not_the_part(featureless):
     orig = torch.cat([p.orig_ids["author"] for p in parts])
     again = EmbeddingTable(parts[1], ["author"], 4, 0.1, seed=3).weights["author"].detach()
     assert torch.equal(again, tables[1].weights["author"].detach())
-    from trainer.data.embeddings import initial_rows
+    from graphprep.trainer.data.embeddings import initial_rows
     assert torch.equal(initial_rows(3, "author", orig, 4), rows)
     assert not torch.equal(initial_rows(4, "author", orig, 4), rows)
     assert rows.abs().max() <= 0.5 and rows.std() > 0.25      # uniform in [-1/2, 1/2)
@@ -298,8 +298,8 @@ def test_rgcn_homogeneous_graph_returns_a_tensor_and_build_checks_its_args():
 # ------------------------------------------------------------------ end to end
 
 def trainer(*args):
-    """``python -m trainer`` started (its own process: ranks are processes); see finish."""
-    return subprocess.Popen([sys.executable, "-m", "trainer", *map(str, args), "--no-progress",
+    """``python -m graphprep.trainer`` started (its own process: ranks are processes); see finish."""
+    return subprocess.Popen([sys.executable, "-m", "graphprep.trainer", *map(str, args), "--no-progress",
                              "--threads", "1"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -359,7 +359,7 @@ def test_rgcn_learns_featureless_labels_from_embeddings_and_checkpoints_carry_th
     resumed = trainer("--graph", graph, *RUN, "--epochs", 5, "--resume", "--checkpoint-dir",
                       copy, "--metrics-out", tmp_path / "resumed.json")
     out = tmp_path / "emb"
-    embed = subprocess.Popen([sys.executable, "-m", "trainer", "embed", "--graph", graph,
+    embed = subprocess.Popen([sys.executable, "-m", "graphprep.trainer", "embed", "--graph", graph,
                               "--checkpoint", ckpt, "--out", out, "--no-progress",
                               "--threads", "1"], cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
@@ -374,10 +374,10 @@ def test_rgcn_learns_featureless_labels_from_embeddings_and_checkpoints_carry_th
         stale["epoch"] = 99
         torch.save(stale, f)
     refused = [subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
-               for cmd in ([sys.executable, "-m", "trainer", "--graph", graph, *map(str, RUN),
+               for cmd in ([sys.executable, "-m", "graphprep.trainer", "--graph", graph, *map(str, RUN),
                             "--epochs", "5", "--resume", "--checkpoint-dir", str(broken),
                             "--no-progress"],
-                           [sys.executable, "-m", "trainer", "embed", "--graph", graph,
+                           [sys.executable, "-m", "graphprep.trainer", "embed", "--graph", graph,
                             "--checkpoint", str(broken), "--out", str(tmp_path / "e2"),
                             "--no-progress"])]
     for proc, says in zip(refused, ("part 1's shard .*part1.pt is missing",
@@ -415,13 +415,13 @@ def test_a_missing_or_stale_shard_is_refused(tmp_path):
     """A part's shard is found among the current and previous ones by the checkpoint's epoch;
     gone, or of another epoch, it is refused naming the part, the files and their epochs. The
     best epoch's shard keeps its epoch when later ones are written."""
-    from trainer.runtime.checkpoint import CheckpointRefused, load_embedding_shard
+    from graphprep.trainer.runtime.checkpoint import CheckpointRefused, load_embedding_shard
     ckpt = tmp_path / "c"
     ckpt.mkdir()
     path = str(ckpt / "checkpoint.pt")
     with pytest.raises(CheckpointRefused, match="part 1's shard .* is missing"):
         load_embedding_shard(path, 1, 3, "--resume")
-    from trainer.runtime.checkpoint import save_embedding_shard
+    from graphprep.trainer.runtime.checkpoint import save_embedding_shard
     save_embedding_shard(path, 1, 2, {"rows": {}, "optimizer": {}})
     save_embedding_shard(path, 1, 3, {"rows": {}, "optimizer": {}})
     assert load_embedding_shard(path, 1, 3, "--resume")["epoch"] == 3

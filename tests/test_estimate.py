@@ -9,11 +9,11 @@ import os
 
 import pytest
 
-from formats import load_chunked_graph
-from pipeline import api
-from pipeline.cluster import RECYCLE_MB_KEY, local_cluster, peak_rss_bytes
-from pipeline.estimate import MB, Estimate, estimate_dispatch, estimate_partition
-from pipeline.synth import SynthSpec, plan
+from graphprep.formats import load_chunked_graph
+from graphprep.pipeline import api
+from graphprep.pipeline.cluster import RECYCLE_MB_KEY, local_cluster, peak_rss_bytes
+from graphprep.pipeline.estimate import MB, Estimate, estimate_dispatch, estimate_partition
+from graphprep.pipeline.synth import SynthSpec, plan
 
 
 def _measured_peak(step) -> int:
@@ -140,7 +140,7 @@ def test_estimates_scale_as_the_model_says(features):
     10^7 to 10^8 (<= 1.5x: range tasks of bounded size, the coarse budget capped); dispatch
     needs less per worker as parts are added, and its output does not depend on them;
     partition peaks do not depend on the parts."""
-    from pipeline.estimate import WORKER_IDLE
+    from graphprep.pipeline.estimate import WORKER_IDLE
 
     sizes = [10**6, 10**7, 10**8, 10**9]
     metas = {m: synth_metadata(features, m // 10, m) for m in sizes}

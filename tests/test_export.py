@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from formats import EdgeType, load_chunked_graph
+from graphprep.formats import EdgeType, load_chunked_graph
 from tests.conftest import dispatched, edges_of, node_data_of
 
 torch = pytest.importorskip("torch")

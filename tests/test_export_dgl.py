@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from formats import load_chunked_graph
+from graphprep.formats import load_chunked_graph
 from tests.conftest import (dispatched, edge_data_of, edges_of, node_data_of, run_prep,
                             synth_partitioned)
 

@@ -21,7 +21,7 @@ import pyarrow
 import pyarrow.csv
 import pytest
 
-from formats import EdgeType, load_chunked_graph
+from graphprep.formats import EdgeType, load_chunked_graph
 from tests.conftest import edge_data_of, edges_of, node_data_of, run_prep
 
 SYNTH = {"homo": ("--nodes", 5000, "--edges", 20000, "--chunk-size", 7000, "--seed", 2),
@@ -277,7 +277,7 @@ def with_empty_chunk(synth_graph, tmp_path):
     format; DGL writes such chunks when a type has fewer edges than chunks)."""
     import shutil
 
-    from formats.output import write_edge_chunk
+    from graphprep.formats.output import write_edge_chunk
 
     folder = tmp_path / "empty-chunk"
     shutil.copytree(synth_graph[0], folder)
@@ -321,7 +321,7 @@ def client(scheduler):
 
 
 def test_api_export_and_rerun(client, synth_graph, tmp_path):
-    from pipeline import api
+    from graphprep.pipeline import api
 
     original, _ = synth_graph
     first = api.export(original, tmp_path / "x", to="dgl-chunked", client=client)
@@ -335,8 +335,8 @@ def test_field_dgl_cannot_carry_is_exported_with_a_warning(client, synth_graph, 
     """uint32 is not in DGL's pipeline's dtype list: the field is written, with a warning."""
     import shutil
 
-    from formats.output import write_array_chunk
-    from pipeline import api
+    from graphprep.formats.output import write_array_chunk
+    from graphprep.pipeline import api
 
     original, _ = synth_graph
     folder = tmp_path / "g"
@@ -348,7 +348,7 @@ def test_field_dgl_cannot_carry_is_exported_with_a_warning(client, synth_graph, 
     meta["node_data"].setdefault(ntype, {})["year"] = {"format": {"name": "numpy"},
                                                        "data": [rel]}
     json.dump(meta, open(folder / "metadata.json", "w"))
-    with caplog.at_level("WARNING", logger="pipeline.export.dgl_chunked"):
+    with caplog.at_level("WARNING", logger="graphprep.pipeline.export.dgl_chunked"):
         out = api.export(folder, tmp_path / "x", to="dgl-chunked", client=client).root
     assert any(f"node_data.{ntype}.year" in r.getMessage() for r in caplog.records)
     back = np.load(os.path.join(out, "node_data", ntype, "year", "part-00000.npy"))

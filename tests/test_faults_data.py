@@ -135,8 +135,8 @@ def test_label_chunk_with_wrong_row_count_stops_dispatch(scheduler, work):
 def test_nan_policy_of_the_dispatch_plan(work, caplog):
     """"error" (the default) names file, field and row; "warn" logs it and keeps the rows;
     "ignore" says nothing."""
-    from formats import FormatError, load_chunked_graph
-    from dispatch.plan import DispatchPlan
+    from graphprep.formats import FormatError, load_chunked_graph
+    from graphprep.dispatch.plan import DispatchPlan
 
     feat = np.load(work / "G" / FEAT_1)
     feat[4, 0] = np.inf
@@ -144,7 +144,7 @@ def test_nan_policy_of_the_dispatch_plan(work, caplog):
     graph = load_chunked_graph(str(work / "G"))
     with pytest.raises(FormatError, match=r"part-00001.npy, field 'node_data._N.feat', row 4"):
         DispatchPlan(graph, None, "").node_fields["_N"]["feat"].read(0, 40)
-    with caplog.at_level(logging.WARNING, logger="pipeline.convert.sources"):
+    with caplog.at_level(logging.WARNING, logger="graphprep.pipeline.convert.sources"):
         rows = DispatchPlan(graph, None, "", nan_policy="warn").node_fields["_N"]["feat"].read(
             0, 40)
     assert np.isinf(rows[24, 0]) and "row 4: NaN or inf" in caplog.text
@@ -188,7 +188,7 @@ def test_more_parts_than_nodes_is_refused(scheduler, tmp_path, method):
 
 def test_metis_leaves_no_part_empty():
     """The fix-up after METIS: every empty part takes the lowest-degree node of the largest."""
-    from pipeline.partition.metis_method import fill_empty_parts
+    from graphprep.pipeline.partition.metis_method import fill_empty_parts
 
     xadj = np.array([0, 3, 4, 6, 7, 7, 9])       # degrees 3, 1, 2, 1, 0, 2
     parts = np.array([0, 0, 0, 0, 1, 1])

@@ -38,7 +38,7 @@ def pipeline_after_split(prep, split, root, parts=2):
 
 
 def link_training_refused(graph_json, tmp_path, *args, names):
-    """`python -m trainer --task link` on ``graph_json`` ends in one clear line (exit 2, a
+    """`python -m graphprep.trainer --task link` on ``graph_json`` ends in one clear line (exit 2, a
     usage error), before any rank starts."""
     proc = run_cli("--graph", graph_json, "--task", "link", "--epochs", 1, "--checkpoint-dir",
                    tmp_path / "ckpt", *args, trainer=True, timeout=120)
@@ -59,7 +59,7 @@ def test_split_edges_of_a_0_edge_graph_end_to_end(prep, tmp_path):
     out = prep("split-edges", tmp_path / "Z0", tmp_path / "S", "--etype", ET).output
     assert tree_hash(tmp_path / "Z0") == before
     assert f"split {ET}: train 0, val 0, test 0 (0 edges: no masks written)" in out, out
-    assert f"WARNING pipeline.split_edges: edge type '{ET}' has 0 edges: no split masks" in out
+    assert f"WARNING graphprep.pipeline.split_edges: edge type '{ET}' has 0 edges: no split masks" in out
     meta = json.loads((tmp_path / "S" / "metadata.json").read_text())
     assert meta["num_edges_per_type"] == [0] and meta["num_edges_per_chunk"] == [[]]
     assert meta["edge_data"] == {}                  # no mask fields: 0 rows, no chunk to hold
@@ -96,8 +96,8 @@ def hetero(prep, tmp_path):
 ])
 def test_split_edges_of_hetero_graph_with_empty_types(prep, tmp_path, hetero, etype, rows,
                                                       empty_twin):
-    from formats.partitioned import load_partitioned
-    from trainer.config import target_etype
+    from graphprep.formats.partitioned import load_partitioned
+    from graphprep.trainer.config import target_etype
 
     before = tree_hash(hetero)
     out = prep("split-edges", hetero, tmp_path / "S", "--etype", etype, "--val", 0.25,

@@ -37,7 +37,7 @@ def prep_usage_error(args, names) -> None:
     """``prep *args`` exits 2 before any work with one error line naming ``names``."""
     from click.testing import CliRunner
 
-    from pipeline.cli import prep
+    from graphprep.pipeline.cli import prep
     result = CliRunner().invoke(prep, [str(a) for a in args])
     assert result.exit_code == 2, (result.exit_code, result.output)
     one_error_line(result.output, *names)

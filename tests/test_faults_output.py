@@ -156,7 +156,7 @@ def test_replacement_cut_between_its_renames_is_undone(work, scheduler, prep):
 
 def test_second_writer_fails_at_once_naming_the_holder(scheduler, work):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom formats.guard import OutputLock\n"
+        [sys.executable, "-c", "import sys, time\nfrom graphprep.formats.guard import OutputLock\n"
          "with OutputLock(sys.argv[1]):\n    print('locked', flush=True)\n    time.sleep(60)",
          str(work / "P")], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
@@ -251,7 +251,7 @@ def machines():
     """A cluster of two named workers with nannies (they restart a worker that dies)."""
     from distributed import Client
 
-    from pipeline.cluster import _named_cluster
+    from graphprep.pipeline.cluster import _named_cluster
     with _named_cluster(("m0", "m1"), "1GiB") as cluster, Client(cluster) as client:
         client.wait_for_workers(2)
         yield client
@@ -266,7 +266,7 @@ def _die_once(marker: str) -> int:
 
 
 def test_task_pinned_to_a_restarted_worker_is_rerun_there(machines, tmp_path):
-    from pipeline.cluster import TaskRunner
+    from graphprep.pipeline.cluster import TaskRunner
 
     run = TaskRunner(machines, progress=False, lost_worker_timeout=60)
     before = machines.scheduler_info()["workers"]
@@ -280,7 +280,7 @@ def test_lost_worker_that_never_returns_fails_naming_it(scheduler, tmp_path):
     """A worker without a nanny dies for good while its pinned task runs."""
     from distributed import Client
 
-    from pipeline.cluster import LostWorkerError, TaskRunner
+    from graphprep.pipeline.cluster import LostWorkerError, TaskRunner
     ghost = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "dask"), "worker",
                               scheduler, "--name", "ghost", "--no-nanny", "--nthreads", "1",
                               "--no-dashboard"], stdout=subprocess.DEVNULL,
@@ -302,7 +302,7 @@ def test_lost_worker_that_never_returns_fails_naming_it(scheduler, tmp_path):
 def test_unpinned_task_of_a_dead_worker_is_rerun(scheduler, tmp_path):
     from distributed import Client
 
-    from pipeline.cluster import TaskRunner
+    from graphprep.pipeline.cluster import TaskRunner
     with Client(scheduler) as client:
         assert TaskRunner(client, progress=False)(_die_once, [str(tmp_path / "m")]) == [7]
 
@@ -323,7 +323,7 @@ def test_failed_step_returns_only_after_its_running_tasks_ended(scheduler, tmp_p
     cancelled task still running would write into it afterwards (a stray ``.OUT.partial``)."""
     from distributed import Client
 
-    from pipeline.cluster import TaskRunner
+    from graphprep.pipeline.cluster import TaskRunner
     with Client(scheduler) as client:
         with pytest.raises(ValueError, match="first task fails"):
             TaskRunner(client, progress=False)(_fail_or_write_late,
@@ -360,7 +360,7 @@ def test_full_disk_names_device_and_file_and_keeps_previous(scheduler, tiny_disk
                "--overwrite", code=2, names=["on disk", "free at", "--nodes 20000"])
     assert tree_hash(tiny_disk / "S") == before
     # ...and a disk that fills while it writes (an estimate is an estimate) is named too
-    monkeypatch.setattr("pipeline.synth_job.check_fits", lambda *args, **kwargs: None)
+    monkeypatch.setattr("graphprep.pipeline.synth_job.check_fits", lambda *args, **kwargs: None)
     out = prep_fails(scheduler, "synth", tiny_disk / "S", "--nodes", 20000, "--edges", 200000,
                      "--overwrite", code=1, names=["no space left on tmpfs", str(tiny_disk),
                                                    "while writing", ".S.partial"])
@@ -413,7 +413,7 @@ def test_unexpected_failure_is_one_line_and_v_shows_the_traceback(scheduler, wor
     assert len(text.strip().splitlines()) == 1, text
     from click.testing import CliRunner
 
-    from pipeline.cli import prep as cli
+    from graphprep.pipeline.cli import prep as cli
     verbose = CliRunner().invoke(cli, ["synth", str(out), "-v"])
     assert verbose.exit_code == 1 and "Traceback" in verbose.output, verbose.output
 

@@ -1,4 +1,4 @@
-"""The output rule (``formats.guard.check_output``) on the commands that write outside the
+"""The output rule (``graphprep.formats.guard.check_output``) on the commands that write outside the
 ``prep`` steps: ``prep report --out``, the trainer's ``--metrics-out`` and ``--checkpoint-dir``,
 ``trainer embed --out``; and ``trainer embed``'s checks before inference (``pytest -m faults``).
 
@@ -201,7 +201,7 @@ def test_a_failed_report_leaves_the_previous_page(scheduler, sbx):
     no_partials(sbx)
 
 
-# --- python -m trainer --metrics-out / --checkpoint-dir --------------------------------------
+# --- python -m graphprep.trainer --metrics-out / --checkpoint-dir --------------------------------------
 
 @pytest.mark.parametrize("args, says", [
     (("--metrics-out", "parts/graph.json"), "--metrics-out lies inside the input"),
@@ -245,7 +245,7 @@ def test_a_failed_run_leaves_no_partial_files(sbx):
                  sbx / "m.json", "--epochs", 2, "--fail-rank", 0, "--fail-epoch", 1)
     assert proc.returncode == 1, proc.stderr[-3000:]
     no_partials(sbx)
-    from trainer.runtime.outputs import is_checkpoint_folder, is_metrics_file
+    from graphprep.trainer.runtime.outputs import is_checkpoint_folder, is_metrics_file
     assert is_metrics_file(sbx / "m.json") and is_checkpoint_folder(sbx / "ck")
 
 

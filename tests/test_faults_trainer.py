@@ -1,4 +1,4 @@
-"""Fault injection for `python -m trainer` (``pytest -m faults``): damaged parts are refused
+"""Fault injection for `python -m graphprep.trainer` (``pytest -m faults``): damaged parts are refused
 naming rank, part and file; a NaN loss ends the job; ``--resume`` refuses another graph or
 incompatible options; the checkpoint folder is checked before epoch 0; signals to the launcher
 reach every rank; a stopped rank is named; bad options fail in one line.
@@ -22,10 +22,10 @@ import pytest
 
 from conftest import dispatched
 from faultkit import ROOT, assert_clean_exit, run_cli, tree_hash
-from formats.errors import FormatError
-from formats.integrity import file_record, sample_spans
-from formats.partitioned import load_partitioned
-from formats.part_checks import check_part
+from graphprep.formats.errors import FormatError
+from graphprep.formats.integrity import file_record, sample_spans
+from graphprep.formats.partitioned import load_partitioned
+from graphprep.formats.part_checks import check_part
 
 pytestmark = pytest.mark.faults
 
@@ -207,8 +207,8 @@ def test_graph_json_without_manifest_warns_and_still_checks_structure(copy):
 
 
 def test_fingerprint_ignores_the_folder_and_names_another_graph(cora2, copy, other_cora):
-    from trainer.runtime.checkpoint import CheckpointInfo, differences
-    from trainer.config import TrainConfig
+    from graphprep.trainer.runtime.checkpoint import CheckpointInfo, differences
+    from graphprep.trainer.config import TrainConfig
     cfg = TrainConfig(graph="")
     here = CheckpointInfo.of(cfg, load_partitioned(str(cora2)), "_N")
     assert differences(here, CheckpointInfo.of(cfg, load_partitioned(str(copy)), "_N")) == []
@@ -310,7 +310,7 @@ def test_unwritable_checkpoint_dir_fails_before_epoch_0(cora2, tmp_path):
 def launch(folder, tmp_path, *args):
     """Start the launcher in the background: (process, its log file)."""
     log = tmp_path / "launcher.log"
-    cmd = [sys.executable, "-m", "trainer", "--graph", os.path.join(folder, "graph.json"),
+    cmd = [sys.executable, "-m", "graphprep.trainer", "--graph", os.path.join(folder, "graph.json"),
            *map(str, FAST), "--checkpoint-dir", str(tmp_path / "ckpt"), "--epochs", "1000",
            *map(str, args)]
     with open(log, "w") as out:

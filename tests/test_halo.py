@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from dispatch import halo as halo_mod
-from dispatch.halo import BitRank
+from graphprep.dispatch import halo as halo_mod
+from graphprep.dispatch.halo import BitRank
 
 
 @pytest.mark.parametrize("n", [1, 63, 64, 65, 1000, 4099])

@@ -1,4 +1,4 @@
-"""trainer.runtime.health: the line a rank logs when a collective or RPC times out names the ranks
+"""graphprep.trainer.runtime.health: the line a rank logs when a collective or RPC times out names the ranks
 whose heartbeats stopped (host, address, pid), or the store that went silent, and the step the
 rank waited in; the heartbeat thread really beats and reads beats through a store.
 
@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from trainer.runtime import health
-from trainer.runtime.health import EVALUATION, Heartbeat, Peer, where
-from trainer.sampling.service import RequestFailed
+from graphprep.trainer.runtime import health
+from graphprep.trainer.runtime.health import EVALUATION, Heartbeat, Peer, where
+from graphprep.trainer.sampling.service import RequestFailed
 
 PEERS = {0: Peer("hostA", "10.0.0.1", 11), 1: Peer("hostB", "10.0.0.2", 22),
          2: Peer("hostB", "10.0.0.2", 23)}

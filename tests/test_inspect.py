@@ -19,13 +19,13 @@ from numpy.lib import format as npformat
 
 from conftest import run_prep, synth_partitioned
 from faultkit import ROOT
-from formats import load_chunked_graph
-from formats.partitioned import load_partitioned
+from graphprep.formats import load_chunked_graph
+from graphprep.formats.partitioned import load_partitioned
 
 
 def inspect(*args, code=0):
     """``prep inspect ARGS`` in-process; checks the exit code, returns the output."""
-    from pipeline.cli import prep as cli
+    from graphprep.pipeline.cli import prep as cli
     result = CliRunner().invoke(cli, ["inspect", *map(str, args)])
     assert result.exit_code == code, (result.output, result.exception)
     return result.output
@@ -415,7 +415,7 @@ def test_no_torch(small, tmp_path):
 import sys
 sys.modules["torch"] = None
 from click.testing import CliRunner
-from pipeline.cli import prep
+from graphprep.pipeline.cli import prep
 for path, want in [({str(small / 'G')!r}, 0), ({str(small / 'AML')!r}, 0),
                    ({str(small / 'D')!r}, 0), ({str(tmp_path / 'm.json')!r}, 0),
                    ({str(tmp_path / 'c.pt')!r}, 2)]:

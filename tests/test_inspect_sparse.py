@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from test_sparse import DIM, write_pages
 
-from formats import load_chunked_graph
-from formats.sparse import read_csr_parquet
-from pipeline import api
+from graphprep.formats import load_chunked_graph
+from graphprep.formats.sparse import read_csr_parquet
+from graphprep.pipeline import api
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def sparse_graph(scheduler, tmp_path_factory):
 
 
 def inspect(*args) -> str:
-    from pipeline.cli import prep as cli
+    from graphprep.pipeline.cli import prep as cli
     result = CliRunner().invoke(cli, ["inspect", *map(str, args)])
     assert result.exit_code == 0, (result.output, result.exception)
     return result.output
@@ -56,7 +56,7 @@ def test_text_shows_the_width_and_nnz_not_a_question_mark(sparse_graph):
 
 def test_the_dry_run_of_dispatch_counts_a_sparse_field_by_its_entries(sparse_graph):
     """Its rows weigh their stored entries, not the dense width (``estimate._row_bytes``)."""
-    from pipeline.estimate import _row_bytes
+    from graphprep.pipeline.estimate import _row_bytes
     folder, nnz = sparse_graph
     g = load_chunked_graph(str(folder))
     per_row = _row_bytes(g, "node")["page"]

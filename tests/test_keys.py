@@ -1,4 +1,4 @@
-"""Out-of-core key mapping (``pipeline.keys``): every edge survives by key, numbering is the
+"""Out-of-core key mapping (``graphprep.pipeline.keys``): every edge survives by key, numbering is the
 same for any chunking, and bad keys are named by file, row and key."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from formats import EdgeType, FormatError, load_chunked_graph
-from formats.arrays import read_edge_chunk
-from pipeline import api
-from pipeline.keys.hashing import key_hash, normalize_keys
-from pipeline.keys.job import EdgeTable, NodeTable, map_keys
-from pipeline.tables.parts import csv_format, table_parts
+from graphprep.formats import EdgeType, FormatError, load_chunked_graph
+from graphprep.formats.arrays import read_edge_chunk
+from graphprep.pipeline import api
+from graphprep.pipeline.keys.hashing import key_hash, normalize_keys
+from graphprep.pipeline.keys.job import EdgeTable, NodeTable, map_keys
+from graphprep.pipeline.tables.parts import csv_format, table_parts
 
 CLICKS = EdgeType("user", "clicks", "item")
 

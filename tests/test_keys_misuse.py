@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from faultkit import prep_fails
-from formats import load_chunked_graph
+from graphprep.formats import load_chunked_graph
 
 from conftest import edges_of
 
@@ -123,7 +123,7 @@ def test_integer_keys_keep_every_digit_and_map_back(prep, tmp_path):
 
 
 def test_parse_integer_keys_keeps_nulls_and_names_rows():
-    from pipeline.keys.hashing import parse_integer_keys
+    from graphprep.pipeline.keys.hashing import parse_integer_keys
     got = parse_integer_keys(pa.array(["5", None, " -2 "]), file="f", field="c")
     assert got.type == pa.int64() and got.to_pylist() == [5, None, -2]
     for text, row, named in ((["1", "x1"], 11, "'x1'"), (["1", "2.5"], 11, "2.5"),

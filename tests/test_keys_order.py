@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from formats import EdgeType, load_chunked_graph, read_edge_chunk
-from pipeline import api
+from graphprep.formats import EdgeType, load_chunked_graph, read_edge_chunk
+from graphprep.pipeline import api
 
 FOLLOWS = EdgeType("user", "follows", "user")
 
@@ -87,8 +87,8 @@ def test_by_id_names_say_where_each_file_starts(keyed):
 def test_bytes_keys_anywhere_make_every_file_of_the_type_bytes(tmp_path):
     """Users' table keys are text, but an edge file names users by bytes: every by-ID file of
     the type holds bytes (one schema for the folder), still in ID order."""
-    from pipeline.keys.job import EdgeTable, NodeTable, map_keys
-    from pipeline.tables.parts import table_parts
+    from graphprep.pipeline.keys.job import EdgeTable, NodeTable, map_keys
+    from graphprep.pipeline.tables.parts import table_parts
     pq.write_table(pa.table({"uid": ["a", "b", "c"]}), tmp_path / "users.parquet")
     pq.write_table(pa.table({"s": pa.array([b"a", b"z", b"\xff"]),
                              "d": pa.array([b"b", b"c", b"a"])}), tmp_path / "e.parquet")
@@ -115,7 +115,7 @@ def test_keyed_outputs_carry_each_rows_key_with_one_key_type(tmp_path):
     error halfway."""
     from types import SimpleNamespace
 
-    from trainer.runtime.keyed_outputs import write_keyed_outputs
+    from graphprep.trainer.runtime.keyed_outputs import write_keyed_outputs
     graph_dir, out = tmp_path / "parts", tmp_path / "emb"
     (graph_dir / "keys").mkdir(parents=True)
     files = {"user": [("u0.parquet", pa.array(["ann", "bob"], pa.large_string())),

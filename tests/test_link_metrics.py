@@ -1,4 +1,4 @@
-"""trainer.tasks.link_metrics, trainer.data.negatives, trainer.models.scorer: exact metrics against hand counts
+"""graphprep.trainer.tasks.link_metrics, graphprep.trainer.data.negatives, graphprep.trainer.models.scorer: exact metrics against hand counts
 and brute force, negatives' ranges and determinism, scorers and their loss."""
 
 import math
@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-from trainer.tasks.link_metrics import LinkEvaluation, auc, evaluate_link_scores, ranking_metrics
-from trainer.data.negatives import filter_true_edges, fixed_eval_negatives, uniform_negatives
-from trainer.sampling.edge_keys import edge_keys, true_edge_mask
-from trainer.models.scorer import DotScorer, MLPScorer, link_loss, make_scorer
+from graphprep.trainer.tasks.link_metrics import LinkEvaluation, auc, evaluate_link_scores, ranking_metrics
+from graphprep.trainer.data.negatives import filter_true_edges, fixed_eval_negatives, uniform_negatives
+from graphprep.trainer.sampling.edge_keys import edge_keys, true_edge_mask
+from graphprep.trainer.models.scorer import DotScorer, MLPScorer, link_loss, make_scorer
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="CUDA-only path: no GPU on this machine; the same "
@@ -274,7 +274,7 @@ def test_link_loss_training_reduces_loss(name):
 def test_lookup_takes_ids_and_keys_on_any_device(device):
     """``trainer embed`` keeps the ID keys on the CPU and the rows on the rank's device:
     ``index_select`` on CUDA rows refuses a CPU index, so the lookup must move it."""
-    from trainer.tasks.link import lookup
+    from graphprep.trainer.tasks.link import lookup
     keys = torch.tensor([2, 5, 9])
     rows = torch.arange(6.).view(3, 2).to(device)
     got = lookup((keys, rows), torch.tensor([9, 2, 9]))

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from conftest import dispatched, edge_data_of, edges_of, node_data_of, run_prep
-from formats import EdgeType
-from trainer.sampling.dist_sampler import DistNeighborSampler
-from trainer.data.link_data import exclusion_keys, split_edges, without_held_out
-from trainer.data.link_loader import LinkLoader, seed_nodes
-from trainer.data.features import FeatureFetcher
-from trainer.sampling.partition import LocalPart
-from trainer.sampling.service import LocalTransport, PartServer
+from graphprep.formats import EdgeType
+from graphprep.trainer.sampling.dist_sampler import DistNeighborSampler
+from graphprep.trainer.data.link_data import exclusion_keys, split_edges, without_held_out
+from graphprep.trainer.data.link_loader import LinkLoader, seed_nodes
+from graphprep.trainer.data.features import FeatureFetcher
+from graphprep.trainer.sampling.partition import LocalPart
+from graphprep.trainer.sampling.service import LocalTransport, PartServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ET = EdgeType("_N", "_E", "_N")
@@ -100,7 +100,7 @@ def test_link_batches_point_at_their_pairs(cora_link):
 
 
 def run_trainer(*args, timeout=600):
-    cmd = [sys.executable, "-m", "trainer", *map(str, args)]
+    cmd = [sys.executable, "-m", "graphprep.trainer", *map(str, args)]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
@@ -141,8 +141,8 @@ def test_embed_node_task_equals_single_process_full_graph_forward(cora_link, tmp
     proc = run_trainer("embed", "--graph", graph_json, "--checkpoint", tmp_path / "c",
                        "--out", out, "--batch-size", 500, "--no-progress")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    from trainer.batch import full_graph_batch
-    from trainer.models.sage import GraphSAGE
+    from graphprep.trainer.batch import full_graph_batch
+    from graphprep.trainer.models.sage import GraphSAGE
     state = torch.load(tmp_path / "c" / "best.pt", weights_only=False)
     x = torch.from_numpy(node_data_of(chunked, "_N", "feat")).float()
     model = GraphSAGE({"_N": x.shape[1]}, 128, 7, [(ET.src, ET.rel, ET.dst)], 2)

@@ -23,7 +23,7 @@ import pytest
 from distributed import Client
 
 from faultkit import PREP, ROOT, assert_clean_exit, run_cli
-from pipeline.cluster import LostWorkerError, TaskRunner, local_cluster
+from graphprep.pipeline.cluster import LostWorkerError, TaskRunner, local_cluster
 
 TIMEOUT = 3.0          # the lost-worker timeout of these tests
 MARGIN = 25.0          # polling, Dask's own calls returning, a loaded machine

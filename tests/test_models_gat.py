@@ -15,10 +15,10 @@ import torch
 from torch_geometric.nn import GATConv as PyGGATConv
 
 from conftest import dispatched, edges_of, node_data_of
-from trainer.batch import Batch, Layer, full_graph_batch
-from trainer.models import registry
-from trainer.models.gat import GAT, GATConv, build, edge_softmax
-from trainer.models.spec import ModelSpec
+from graphprep.trainer.batch import Batch, Layer, full_graph_batch
+from graphprep.trainer.models import registry
+from graphprep.trainer.models.gat import GAT, GATConv, build, edge_softmax
+from graphprep.trainer.models.spec import ModelSpec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ET = ("_N", "_E", "_N")
@@ -213,7 +213,7 @@ def test_factory_refuses_bad_arguments():
 # --- real runs ---------------------------------------------------------------------------------
 
 def run_trainer(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "trainer", *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "graphprep.trainer", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 

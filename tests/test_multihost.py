@@ -46,7 +46,7 @@ TRAIN = ("--fanouts", "5,5", "--batch-size", 64, "--epochs", 2, "--threads", 1,
 
 def wait_for_workers(host, address: str, names, timeout: float = 60, **tls) -> None:
     """Block until the scheduler at ``address`` lists workers of all ``names``."""
-    code = ("import sys, time; from distributed import Client; from pipeline.cluster import "
+    code = ("import sys, time; from distributed import Client; from graphprep.pipeline.cluster import "
             "tls_security; c = Client(sys.argv[1], security=tls_security(sys.argv[1], "
             "*(a or None for a in sys.argv[3:6])), timeout=30); want = set(sys.argv[2]."
             "split(',')); t = time.time()\n"
@@ -189,7 +189,7 @@ def torchrun(host, hosts, graph, node_rank: int, tmp, *args, name: str, port: in
     variables); started, not waited for."""
     return host.start(sys.executable, "-m", "torch.distributed.run", "--nnodes", 2,
                       "--nproc-per-node", 1, "--node-rank", node_rank, "--master-addr",
-                      hosts.a.address, "--master-port", port, "-m", "trainer", "--graph", graph,
+                      hosts.a.address, "--master-port", port, "-m", "graphprep.trainer", "--graph", graph,
                       "--checkpoint-dir", tmp / f"ckpt-{name}-{node_rank}", *map(str, args),
                       log=tmp / f"{name}-{node_rank}.log")
 
@@ -211,7 +211,7 @@ def test_torchrun_on_two_hosts_matches_a_local_run_and_listens_on_its_host_only(
         hosts, dispatched):
     tmp, _ = dispatched
     graph = tmp / "D" / "graph.json"
-    local = subprocess.run([sys.executable, "-m", "trainer", "--graph", graph, *map(str, TRAIN),
+    local = subprocess.run([sys.executable, "-m", "graphprep.trainer", "--graph", graph, *map(str, TRAIN),
                             "--metrics-out", tmp / "local.json", "--checkpoint-dir",
                             tmp / "ckpt-local"], cwd=ROOT, capture_output=True, text=True,
                            timeout=300)

@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 from conftest import run_prep
 
-from formats import load_chunked_graph
-from pipeline.cluster import local_runner
-from pipeline.partition.base import PartitionOptions
-from pipeline.partition.metis_method import (
+from graphprep.formats import load_chunked_graph
+from graphprep.pipeline.cluster import local_runner
+from graphprep.pipeline.partition.base import PartitionOptions
+from graphprep.pipeline.partition.metis_method import (
     MetisPartitioner,
     edge_cut,
     symmetric_csr,
     vertex_weights,
 )
-from pipeline.partition.multilevel import MultilevelPartitioner
-from pipeline.partition.multilevel.budget import MIN_EDGES
-from pipeline.partition.multilevel.symmetric import build_level0
+from graphprep.pipeline.partition.multilevel import MultilevelPartitioner
+from graphprep.pipeline.partition.multilevel.budget import MIN_EDGES
+from graphprep.pipeline.partition.multilevel.symmetric import build_level0
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +233,7 @@ def test_train_and_edges_within_imbalance_homo(homo, tmp_path):
 def test_same_bytes_for_workers_and_range_sizes(hetero, tmp_path, scheduler):
     from distributed import Client
 
-    from pipeline.cluster import TaskRunner
+    from graphprep.pipeline.cluster import TaskRunner
 
     # Few levels and rounds: every pass is a Dask round trip, and two levels already cover
     # coarsening, contraction, projection, refinement and balance.
@@ -288,7 +288,7 @@ def test_cli_multilevel_with_stats(homo, tmp_path, prep):
 
 def test_auto_picks_metis_when_it_fits_else_kaminpar_else_multilevel(homo, tmp_path, prep,
                                                                      monkeypatch):
-    from pipeline.partition import auto
+    from graphprep.pipeline.partition import auto
 
     # The rule at its boundaries: metis's, then kaminpar's estimate against 60% of the
     # worker limit; multilevel where neither fits or kaminpar is not installed.
@@ -316,7 +316,7 @@ def test_auto_picks_metis_when_it_fits_else_kaminpar_else_multilevel(homo, tmp_p
 def weighted_level(folder, edges, weights, range_size=4):
     """A level from an undirected edge list (unit edge weights) and ``[n, ncon]`` vertex
     weights whose first column counts nodes."""
-    from pipeline.partition.multilevel.layout import Level, new_array, write_csr
+    from graphprep.pipeline.partition.multilevel.layout import Level, new_array, write_csr
 
     weights = np.asarray(weights, dtype=np.int64).reshape(len(weights), -1)
     n, ncon = weights.shape
@@ -340,7 +340,7 @@ def weighted_level(folder, edges, weights, range_size=4):
 
 def tiny_level(folder, edges, parts_now, range_size=4):
     """A level of unit-weight nodes from an undirected edge list, and its ``parts.npy``."""
-    from pipeline.partition.multilevel.layout import new_array
+    from graphprep.pipeline.partition.multilevel.layout import new_array
 
     n = len(parts_now)
     level = weighted_level(folder, edges, np.ones((n, 1)), range_size)
@@ -356,8 +356,8 @@ def tiny_level(folder, edges, parts_now, range_size=4):
 def test_refinement_never_empties_a_part(tmp_path, method):
     """Node 0, alone in part 1, has every neighbour in part 0 and room there: the best move
     for the cut, but it would leave part 1 empty, so it stays."""
-    from pipeline.partition.multilevel.jet import jet_refine
-    from pipeline.partition.multilevel.refine import Refiner
+    from graphprep.pipeline.partition.multilevel.jet import jet_refine
+    from graphprep.pipeline.partition.multilevel.refine import Refiner
 
     level, parts = tiny_level(tmp_path, [(0, 1), (0, 2), (0, 3), (1, 2), (4, 5), (3, 4)],
                               [1, 0, 0, 0, 0, 0])
@@ -375,8 +375,8 @@ def test_jet_swaps_where_positive_gain_moves_are_stuck(tmp_path):
     """Two 4-cliques joined by one edge, with nodes 3 and 7 on the wrong sides and no room
     (caps of exactly 4): no single move fits, so label propagation keeps the cut of 7; Jet
     moves both at once (not neighbours: the afterburner keeps both) and reaches the cut of 1."""
-    from pipeline.partition.multilevel.jet import jet_refine
-    from pipeline.partition.multilevel.refine import Refiner
+    from graphprep.pipeline.partition.multilevel.jet import jet_refine
+    from graphprep.pipeline.partition.multilevel.refine import Refiner
 
     clique = [(a, b) for a in range(4) for b in range(a + 1, 4)]
     edges = clique + [(a + 4, b + 4) for a, b in clique] + [(0, 4)]

@@ -14,10 +14,10 @@ import pytest
 from conftest import run_prep
 from test_multilevel import assign, cut_of, options, weighted_level
 
-from pipeline.cluster import local_runner
-from pipeline.partition.metis_method import MetisPartitioner
-from pipeline.partition.multilevel import MultilevelPartitioner
-from pipeline.partition.multilevel import method as ml_method
+from graphprep.pipeline.cluster import local_runner
+from graphprep.pipeline.partition.metis_method import MetisPartitioner
+from graphprep.pipeline.partition.multilevel import MultilevelPartitioner
+from graphprep.pipeline.partition.multilevel import method as ml_method
 
 HUB_LEAVES = 40
 # node 0 a hub as heavy as the cap; nodes 1..40 its leaves; 41-44 a path beside it
@@ -25,8 +25,8 @@ STAR = [(0, i) for i in range(1, HUB_LEAVES + 1)] + [(41, 42), (42, 43), (43, 44
 
 
 def clustered(folder, group_singletons, range_size=4, cap=100.0):
-    from pipeline.partition.multilevel.coarsen import cluster
-    from pipeline.partition.multilevel.contract import contract
+    from graphprep.pipeline.partition.multilevel.coarsen import cluster
+    from graphprep.pipeline.partition.multilevel.contract import contract
 
     weights = np.ones((45, 1), dtype=np.int64)
     weights[0] = cap                          # the hub's cluster is full from the start
@@ -113,7 +113,7 @@ def test_stalled_coarsening_hands_metis_no_more_than_the_budget(graphs, tmp_path
 
 def weighted_edges_level(folder, n, edges, wgt, range_size):
     """A level from undirected edges with their weights (unit vertex weights)."""
-    from pipeline.partition.multilevel.layout import Level, new_array, write_csr
+    from graphprep.pipeline.partition.multilevel.layout import Level, new_array, write_csr
 
     os.makedirs(folder, exist_ok=True)
     level = Level(str(folder), n, range_size, 1, 1)
@@ -141,7 +141,7 @@ def test_sparsify_keeps_the_heaviest_edges_symmetric_for_any_range_size(tmp_path
     """Threshold sparsification of a level: about the asked number of entries stay, every
     entry above the threshold class and a hashed share of it, both directions of an edge
     together, the same edges whatever the range size, and the files still a valid level."""
-    from pipeline.partition.multilevel.sparsify import sparsify_level, weight_bins
+    from graphprep.pipeline.partition.multilevel.sparsify import sparsify_level, weight_bins
 
     rng = np.random.default_rng(5)
     n = 400
@@ -171,7 +171,7 @@ def test_a_level_that_keeps_too_many_edges_is_sparsified(graphs, tmp_path, monke
     """A coarse level keeping more than KEEP_EDGES of its fine level's edges loses its
     lightest ones; the statistics say how many it had, and the cut stays that of the run
     without it."""
-    from pipeline.partition.multilevel import sparsify
+    from graphprep.pipeline.partition.multilevel import sparsify
 
     monkeypatch.setattr(sparsify, "KEEP_EDGES", 0.2)   # planted keeps 23% here
     sparse = MultilevelPartitioner(range_size=4096)

@@ -13,10 +13,10 @@ import numpy as np
 from conftest import node_data_of
 from faultkit import PREP, ROOT
 
-from formats import load_chunked_graph
-from pipeline.cluster import local_runner
-from pipeline.partition.base import PartitionOptions
-from pipeline.partition.metis_method import MetisPartitioner, edge_cut
+from graphprep.formats import load_chunked_graph
+from graphprep.pipeline.cluster import local_runner
+from graphprep.pipeline.partition.base import PartitionOptions
+from graphprep.pipeline.partition.metis_method import MetisPartitioner, edge_cut
 
 
 def test_killed_run_reruns_to_identical_bytes(homo, tmp_path, prep):
@@ -71,7 +71,7 @@ def test_dispatch_verify_and_train_on_multilevel(cora_chunked, tmp_path, prep):
     r = prep("verify", cora_chunked, tmp_path / "d")
     assert "verified" in r.output, r.output
     metrics = tmp_path / "m.json"
-    proc = subprocess.run([sys.executable, "-m", "trainer", "--graph",
+    proc = subprocess.run([sys.executable, "-m", "graphprep.trainer", "--graph",
                            str(tmp_path / "d" / "graph.json"), "--epochs", "2", "--threads",
                            "1", "--no-progress", "--fanouts", "5,5", "--checkpoint-dir",
                            str(tmp_path / "ckpt"), "--metrics-out", str(metrics)],

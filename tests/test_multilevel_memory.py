@@ -9,17 +9,17 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from formats import load_chunked_graph
-from pipeline.cluster import local_runner
-from pipeline.partition.base import PartitionOptions
-from pipeline.partition.multilevel import MultilevelPartitioner, buckets, coarsen, layout
-from pipeline.partition.multilevel.contract import contract
-from pipeline.partition.multilevel.jet import jet_apply, jet_propose, new_jet_files
-from pipeline.partition.multilevel.layout import (CSRWriter, Level, cut_points, new_array,
+from graphprep.formats import load_chunked_graph
+from graphprep.pipeline.cluster import local_runner
+from graphprep.pipeline.partition.base import PartitionOptions
+from graphprep.pipeline.partition.multilevel import MultilevelPartitioner, buckets, coarsen, layout
+from graphprep.pipeline.partition.multilevel.contract import contract
+from graphprep.pipeline.partition.multilevel.jet import jet_apply, jet_propose, new_jet_files
+from graphprep.pipeline.partition.multilevel.layout import (CSRWriter, Level, cut_points, new_array,
                                                   part_dtype, write_csr)
-from pipeline.partition.multilevel.refine import (PartsTask, balance_histogram,
+from graphprep.pipeline.partition.multilevel.refine import (PartsTask, balance_histogram,
                                                   part_loads, refine_apply, refine_histogram)
-from pipeline.partition.multilevel.symmetric import build_level0
+from graphprep.pipeline.partition.multilevel.symmetric import build_level0
 
 
 def test_cut_points_keep_every_block_within_the_limit():
@@ -116,7 +116,7 @@ def test_read_csr_blocks_are_the_range(tmp_path, split_rows):
 def test_a_row_in_pieces_has_the_connections_of_the_whole_row(tmp_path, selected):
     """Refinement's ``connections`` with rows split in pieces (two hubs over the limit):
     per node, the same (part, summed weight) pairs and own connection as whole."""
-    from pipeline.partition.multilevel.refine import connections
+    from graphprep.pipeline.partition.multilevel.refine import connections
     rng = np.random.default_rng(6)
     n, rows, k = 3000, 400, 4
     row, col = random_entries(rng, rows, n, hub=100)
@@ -189,7 +189,7 @@ def test_jet_apply_gains_a_row_in_pieces_as_whole(tmp_path, monkeypatch):
 
 
 def test_summed_pieces_concatenate_ordered_pieces_and_sum_the_others():
-    from pipeline.partition.multilevel.layout import sum_by_key, summed_pieces
+    from graphprep.pipeline.partition.multilevel.layout import sum_by_key, summed_pieces
     rng = np.random.default_rng(8)
     keys = np.sort(rng.choice(10**6, 5000, replace=False))
     wgt = rng.integers(1, 9, 5000)
@@ -280,7 +280,7 @@ def test_summed_spans_bound_a_row_no_block_can_split(tmp_path):
     """One coarse row receiving most entries (the hubs' cluster at 10^9 edges): read and
     summed ``limit`` entries at a time, the same sums as at once, at a fraction of the
     memory."""
-    from pipeline.partition.multilevel.contract import summed_spans
+    from graphprep.pipeline.partition.multilevel.contract import summed_spans
     rng = np.random.default_rng(6)
     n, spans, tables = 1000, {"k": [], "w": []}, {"k": [], "w": []}
     with open(tmp_path / "k.bin", "wb") as fk, open(tmp_path / "w.bin", "wb") as fw:
@@ -378,7 +378,7 @@ class Counted:
         monkeypatch.setattr(Level, "read_csr_blocks", counting_read)
         monkeypatch.setattr(CSRWriter, "__init__", counting_init)
         for module in ("contract", "symmetric"):
-            monkeypatch.setattr(f"pipeline.partition.multilevel.{module}.key_blocks",
+            monkeypatch.setattr(f"graphprep.pipeline.partition.multilevel.{module}.key_blocks",
                                 counting_split)
 
 
@@ -533,8 +533,8 @@ def test_multilevel_workers_return_freed_large_arrays_to_the_os(homo, tmp_path):
     under glibc's adaptive threshold (the workers' start) keeps it on the heap."""
     from distributed import Client
 
-    from pipeline.api import partition
-    from pipeline.cluster import MMAP_THRESHOLD, local_cluster
+    from graphprep.pipeline.api import partition
+    from graphprep.pipeline.cluster import MMAP_THRESHOLD, local_cluster
 
     assert MMAP_THRESHOLD < 16 << 20
     with local_cluster(1) as cluster, Client(cluster) as client:

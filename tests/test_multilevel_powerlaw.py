@@ -12,12 +12,12 @@ from conftest import run_prep
 from test_balance_defaults import IMBALANCE, cut_ratio, measured
 from test_multilevel import weighted_level
 
-from pipeline.cluster import local_runner
-from pipeline.partition.multilevel.layout import new_array
+from graphprep.pipeline.cluster import local_runner
+from graphprep.pipeline.partition.multilevel.layout import new_array
 
 
 def labels_after_clustering(folder, edges, n, caps, range_size):
-    from pipeline.partition.multilevel.coarsen import cluster
+    from graphprep.pipeline.partition.multilevel.coarsen import cluster
 
     level = weighted_level(folder, edges, np.ones((n, 1)), range_size)
     labels, cw = cluster(level, 3, np.asarray(caps, dtype=np.float64), local_runner)
@@ -51,8 +51,8 @@ def test_isolated_groups_respect_the_cap_and_not_the_range_size(tmp_path):
 
 
 def test_a_graph_of_isolated_nodes_coarsens(tmp_path):
-    from pipeline.partition.multilevel.coarsen import cluster
-    from pipeline.partition.multilevel.contract import contract
+    from graphprep.pipeline.partition.multilevel.coarsen import cluster
+    from graphprep.pipeline.partition.multilevel.contract import contract
 
     level = weighted_level(tmp_path / "L0", np.empty((0, 2)), np.ones((3000, 1)), 512)
     labels, cw = cluster(level, 0, np.array([1000.0]), local_runner)
@@ -70,8 +70,8 @@ def test_jet_moves_no_more_than_a_part_has_room_for(tmp_path, monkeypatch, start
     (Jet's own rule, the default start), all 6 move; here balance is stubbed to fail, as it
     did on R-MAT where free rounds filled the hubs' part to 2.7x its edge cap: the round is
     undone and redone throttled, and the run stays throttled."""
-    from pipeline.partition.multilevel import refine
-    from pipeline.partition.multilevel.jet import JetState, jet_refine
+    from graphprep.pipeline.partition.multilevel import refine
+    from graphprep.pipeline.partition.multilevel.jet import JetState, jet_refine
 
     anchors, leaves = range(1, 8), range(8, 14)
     edges = [(0, a) for a in anchors] + [(0, leaf) for leaf in leaves] + [(14, 15)]

@@ -14,8 +14,8 @@ import pytest
 
 from conftest import dispatched
 from hostsim import ROOT, listening
-from trainer.runtime import netif
-from trainer.runtime import rendezvous
+from graphprep.trainer.runtime import netif
+from graphprep.trainer.runtime import rendezvous
 
 
 def _devices_served(backend: str) -> dict[str, str]:
@@ -63,7 +63,7 @@ def test_rank0_serves_the_store_on_the_socket_its_launcher_bound(monkeypatch):
     """The launcher binds the store's port before any rank starts and rank 0 inherits the
     socket: a port picked free and closed could be taken meanwhile by another process (a Dask
     worker, another job), which the other ranks would then talk to."""
-    from trainer.runtime.launch import STORE_FD_ENV, listening_socket
+    from graphprep.trainer.runtime.launch import STORE_FD_ENV, listening_socket
     with listening_socket("127.0.0.1") as held:
         port = held.getsockname()[1]
         monkeypatch.setenv(STORE_FD_ENV, str(held.fileno()))
@@ -80,7 +80,7 @@ def test_rank0_serves_the_store_on_the_socket_its_launcher_bound(monkeypatch):
 
 
 def test_rank0_without_a_launcher_binds_master_port_and_names_it_when_taken(monkeypatch):
-    from trainer.runtime.launch import STORE_FD_ENV, listening_socket
+    from graphprep.trainer.runtime.launch import STORE_FD_ENV, listening_socket
     monkeypatch.delenv(STORE_FD_ENV, raising=False)
     with listening_socket("127.0.0.1") as taken:
         with pytest.raises(netif.NetworkSetupError, match="rank 0 cannot listen on "
@@ -130,7 +130,7 @@ def test_multi_host_rank_on_loopback_names_the_variable(cora_two_parts):
     env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="1", LOCAL_RANK="0",
                MASTER_ADDR="localhost", MASTER_PORT="1")
     env.pop("GRAPHPREP_LAUNCHER_PID", None)
-    proc = subprocess.run([sys.executable, "-m", "trainer", "--graph", cora_two_parts,
+    proc = subprocess.run([sys.executable, "-m", "graphprep.trainer", "--graph", cora_two_parts,
                            "--no-progress"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2, proc.stderr[-3000:]
@@ -155,7 +155,7 @@ def test_local_ranks_listen_on_loopback_only_and_checkpoints_follow_the_umask(co
     import psutil
     log = tmp_path / "train.log"
     with open(log, "w") as err:     # a file, not a pipe: nobody drains it while we poll
-        proc = subprocess.Popen([sys.executable, "-m", "trainer", "--graph", cora_two_parts,
+        proc = subprocess.Popen([sys.executable, "-m", "graphprep.trainer", "--graph", cora_two_parts,
                                  "--epochs", "1", "--fanouts", "5,5", "--threads", "1",
                                  "--no-progress", "--checkpoint-dir", str(tmp_path / "ckpt")],
                                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, text=True,
@@ -194,7 +194,7 @@ def test_dispatch_output_follows_the_umask(cora_chunked, cora_two_parts, tmp_pat
 
 
 def test_default_threads_share_the_cores_between_local_ranks_and_stop_at_eight():
-    from trainer.cli import default_threads
+    from graphprep.trainer.cli import default_threads
     assert default_threads(2, 1) == 2           # this machine: both cores
     assert default_threads(16, 2) == 8
     assert default_threads(16, 1) == 8          # 16 in one rank measured 4.7x slower (RESULTS)

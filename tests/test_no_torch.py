@@ -20,8 +20,8 @@ SCRIPT = r"""
 import os, sys
 import numpy as np
 from click.testing import CliRunner
-from pipeline.cli import prep
-from pipeline.cluster import local_cluster
+from graphprep.pipeline.cli import prep
+from graphprep.pipeline.cluster import local_cluster
 
 out, data = sys.argv[1], sys.argv[2]
 os.makedirs(f"{out}/csv")

@@ -9,14 +9,14 @@ import pymetis
 import pytest
 
 from conftest import edges_of, node_data_of, shared_data
-from formats import FormatError, load_chunked_graph
-from formats.assignment import load_assignment
+from graphprep.formats import FormatError, load_chunked_graph
+from graphprep.formats.assignment import load_assignment
 
 
 @pytest.fixture(scope="module")
 def homo(tmp_path_factory, scheduler):
     from click.testing import CliRunner
-    from pipeline.cli import prep as cli
+    from graphprep.pipeline.cli import prep as cli
     out = tmp_path_factory.mktemp("g") / "homo"
     r = CliRunner().invoke(cli, ["synth", str(out), "--nodes", "6000", "--edges", "60000",
                                  "--num-classes", "4", "--homophily", "0.9", "--chunk-size",
@@ -28,7 +28,7 @@ def homo(tmp_path_factory, scheduler):
 @pytest.fixture(scope="module")
 def hetero(tmp_path_factory, scheduler):
     from click.testing import CliRunner
-    from pipeline.cli import prep as cli
+    from graphprep.pipeline.cli import prep as cli
     out = tmp_path_factory.mktemp("g") / "hetero"
     r = CliRunner().invoke(cli, ["synth", str(out), "--hetero", "--nodes", "8000", "--edges",
                                  "40000", "--chunk-size", "10000", "--no-progress",
@@ -185,7 +185,7 @@ def test_dgl_compat_multilevel_names_an_algorithm_dgl_accepts(tmp_path, prep, ho
     assert (meta["algo_name"], meta["method"]) == ("metis", "multilevel")
     assert load_assignment(str(tmp_path / "a")).meta.method_name == "multilevel"
     from click.testing import CliRunner
-    from pipeline.cli import prep as cli
+    from graphprep.pipeline.cli import prep as cli
     assert "multilevel" in CliRunner().invoke(cli, ["inspect", str(tmp_path / "a")]).output
 
 

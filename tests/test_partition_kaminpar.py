@@ -18,9 +18,9 @@ import pytest
 from conftest import edges_of, run_prep
 from test_balance_defaults import IMBALANCE, cut_ratio, measured
 
-from formats import load_chunked_graph
-from pipeline.partition.weights import combined_weight
-from pipeline.partition.parhip import mapped_adjacency, parhip_bytes, write_parhip
+from graphprep.formats import load_chunked_graph
+from graphprep.pipeline.partition.weights import combined_weight
+from graphprep.pipeline.partition.parhip import mapped_adjacency, parhip_bytes, write_parhip
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import shared_data
-from formats import EdgeType, load_chunked_graph, read_array_chunk, read_edge_chunk
+from graphprep.formats import EdgeType, load_chunked_graph, read_array_chunk, read_edge_chunk
 
 torch = pytest.importorskip("torch")
 tgd = pytest.importorskip("torch_geometric.data", reason="torch_geometric not installed")
@@ -29,7 +29,7 @@ def pyg_log():
     records = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: records.append(record.getMessage())
-    logger = logging.getLogger("pipeline.convert.pyg")
+    logger = logging.getLogger("graphprep.pipeline.convert.pyg")
     logger.addHandler(handler)
     yield records
     logger.removeHandler(handler)

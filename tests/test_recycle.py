@@ -1,4 +1,4 @@
-"""Workers restarted between passes (pipeline.recycle): over the limit only, their setup run
+"""Workers restarted between passes (graphprep.pipeline.recycle): over the limit only, their setup run
 again, the same partition as in one process, and the limit each cluster gets."""
 
 import os
@@ -10,9 +10,9 @@ from distributed import Client
 
 from test_multilevel import assign, options
 
-from formats.memory import anon_bytes
-from pipeline.cluster import AUTO_RECYCLE_MB, RECYCLE_MB_KEY, TaskRunner, local_cluster
-from pipeline.recycle import Recycler, on_every_worker, recycle_limit_bytes
+from graphprep.formats.memory import anon_bytes
+from graphprep.pipeline.cluster import AUTO_RECYCLE_MB, RECYCLE_MB_KEY, TaskRunner, local_cluster
+from graphprep.pipeline.recycle import Recycler, on_every_worker, recycle_limit_bytes
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ class EveryEighthPass(Recycler):
 
 def test_a_multilevel_partition_restarted_between_passes_is_the_same(homo, tmp_path,
                                                                      own_cluster):
-    from pipeline.partition.multilevel import MultilevelPartitioner
+    from graphprep.pipeline.partition.multilevel import MultilevelPartitioner
 
     opts = options(4, ("ntypes", "train"), 0.05, coarse_edges=10_000, seed=5)
     method = MultilevelPartitioner(range_size=4096, refine_rounds=3)

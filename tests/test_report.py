@@ -16,9 +16,9 @@ import sys
 import numpy as np
 import pytest
 
-from formats.partitioned import load_partitioned
-from pipeline.cluster import ClusterOptions, TaskRunner, dask_client
-from pipeline.report.profile import degree_bins, profile_partitioned
+from graphprep.formats.partitioned import load_partitioned
+from graphprep.pipeline.cluster import ClusterOptions, TaskRunner, dask_client
+from graphprep.pipeline.report.profile import degree_bins, profile_partitioned
 from tests.conftest import dispatched, edges_of, run_prep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,7 +67,7 @@ def trained(scheduler, cora_chunked, cora_parts, tmp_path_factory):
     runs = {"node": [cora_parts],
             "link": [dispatched(scheduler, root / "s", root / "ld", 1), "--task", "link"]}
     procs = {task: subprocess.Popen(
-        [sys.executable, "-m", "trainer", "--graph", *map(str, args), "--epochs", "2",
+        [sys.executable, "-m", "graphprep.trainer", "--graph", *map(str, args), "--epochs", "2",
          "--fanouts", "5,5", "--threads", "1", "--no-progress", "--metrics-out",
          str(root / f"{task}.json"), "--checkpoint-dir", str(root / f"ckpt-{task}")],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -81,7 +81,7 @@ def trained(scheduler, cora_chunked, cora_parts, tmp_path_factory):
 @pytest.fixture
 def plotted(monkeypatch):
     """The (title, metric names) of every curve figure the report draws, in order."""
-    from pipeline.report import plots
+    from graphprep.pipeline.report import plots
 
     drawn, curves = [], plots.curves
 

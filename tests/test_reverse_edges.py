@@ -14,7 +14,7 @@ import pyarrow.csv as pacsv
 import pytest
 import yaml
 
-from formats import EdgeType, FormatError, load_chunked_graph
+from graphprep.formats import EdgeType, FormatError, load_chunked_graph
 
 from conftest import edge_data_of, edges_of, sorted_pairs
 from faultkit import assert_clean_exit, prep_fails, run_cli
@@ -32,7 +32,7 @@ def _edge_list(path, n=50, m=400, loops=20, seed=0):
 def test_self_loops_stay_single_and_are_logged(tmp_path, scheduler):
     """--add-reverse-edges on a homogeneous edge list: each non-loop edge both ways, each self
     loop once (it doubled them silently); the count left single is logged."""
-    from formats.schema import ChunkRecord
+    from graphprep.formats.schema import ChunkRecord
     src, dst = _edge_list(tmp_path / "e.csv")
     proc = run_cli("chunk", tmp_path / "e.csv", tmp_path / "g", "--add-reverse-edges",
                    "--chunk-size", 64, "--scheduler", scheduler, "--no-progress")
@@ -70,7 +70,7 @@ def test_hetero_reverse_type_leaves_self_loops_single(tmp_path, prep):
 def test_record_of_a_keyed_graph_and_older_graphs_load(tmp_path, prep):
     """A tables config's ``reverse`` and ``--dangling add`` are recorded; a metadata.json
     without the record (older graphs) loads, one with a bad record names its field."""
-    from formats.schema import ChunkRecord
+    from graphprep.formats.schema import ChunkRecord
     pacsv.write_csv(pa.table({"id": ["x", "y", "z"]}), tmp_path / "n.csv")
     pacsv.write_csv(pa.table({"a": ["x", "y", "q", "z"], "b": ["y", "z", "x", "z"]}),
                     tmp_path / "e.csv")

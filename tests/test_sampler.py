@@ -1,4 +1,4 @@
-"""trainer.sampling.kernel and trainer.sampling.partition: true neighbors, fanout, no duplicates, uniformity."""
+"""graphprep.trainer.sampling.kernel and graphprep.trainer.sampling.partition: true neighbors, fanout, no duplicates, uniformity."""
 
 import numpy as np
 import pytest
@@ -6,8 +6,8 @@ import torch
 from scipy.stats import chisquare
 
 from conftest import edges_of, shared_data
-from trainer.sampling.partition import LocalPart, PartitionBook
-from trainer.sampling.kernel import sample_neighbors
+from graphprep.trainer.sampling.partition import LocalPart, PartitionBook
+from graphprep.trainer.sampling.kernel import sample_neighbors
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="CUDA-only path: no GPU on this machine; the same "

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from formats import FormatError, load_chunked_graph
-from formats.arrays import read_array_chunk
-from formats.sparse import (CsrRows, concat_rows, csr_from_lists, load_csr, read_csr_parquet,
+from graphprep.formats import FormatError, load_chunked_graph
+from graphprep.formats.arrays import read_array_chunk
+from graphprep.formats.sparse import (CsrRows, concat_rows, csr_from_lists, load_csr, read_csr_parquet,
                             write_csr_parquet)
-from pipeline import api
+from graphprep.pipeline import api
 from tests.conftest import run_prep
 
 DIM = 300

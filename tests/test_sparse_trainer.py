@@ -22,15 +22,15 @@ import pytest
 import torch
 
 from conftest import dispatched, node_data_of, run_prep
-from formats.errors import FormatError
-from formats.integrity import file_record
-from formats.partitioned import load_partitioned
-from formats.sparse import CSR, CsrRows, csr_paths, save_csr
-from trainer.batch import Batch, dense_inputs_hook, full_graph_batch
-from trainer.data.features import LOG_DEGREE, FeatureFetcher, HaloCache, add_log_degree
-from trainer.data.sparse import SparseRows, sparse_matmul
-from trainer.sampling.partition import LocalPart
-from trainer.sampling.service import LocalTransport, PartServer, payload_bytes
+from graphprep.formats.errors import FormatError
+from graphprep.formats.integrity import file_record
+from graphprep.formats.partitioned import load_partitioned
+from graphprep.formats.sparse import CSR, CsrRows, csr_paths, save_csr
+from graphprep.trainer.batch import Batch, dense_inputs_hook, full_graph_batch
+from graphprep.trainer.data.features import LOG_DEGREE, FeatureFetcher, HaloCache, add_log_degree
+from graphprep.trainer.data.sparse import SparseRows, sparse_matmul
+from graphprep.trainer.sampling.partition import LocalPart
+from graphprep.trainer.sampling.service import LocalTransport, PartServer, payload_bytes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ET = ("_N", "_E", "_N")
@@ -91,7 +91,7 @@ def cora(scheduler, cora_chunked, tmp_path_factory):
 def rank_checks_know_csr(graph_json: str) -> bool:
     """Whether the check every rank runs on its part (formats/part_checks.py) accepts CSR
     node data yet (the pipeline side's change); the end-to-end runs need it."""
-    from formats.part_checks import check_part
+    from graphprep.formats.part_checks import check_part
     try:
         check_part(load_partitioned(graph_json), 0)
     except FormatError as err:
@@ -194,9 +194,9 @@ def hetero_batch(sparse: bool):
 def test_built_in_models_give_the_same_outputs_on_sparse_input(model, hetero):
     """Same weights, same batch, sparse or dense input: same outputs (training mode, input
     dropout off: dense and sparse dropout draw different random numbers)."""
-    from trainer.models.gat import GAT
-    from trainer.models.rgcn import RGCN
-    from trainer.models.sage import GraphSAGE
+    from graphprep.trainer.models.gat import GAT
+    from graphprep.trainer.models.rgcn import RGCN
+    from graphprep.trainer.models.sage import GraphSAGE
     if hetero:
         (dense, dims, ets), (sparse, _, _) = hetero_batch(False), hetero_batch(True)
     else:
@@ -225,7 +225,7 @@ def test_built_in_models_give_the_same_outputs_on_sparse_input(model, hetero):
 
 
 def test_input_dropout_on_sparse_rows_drops_stored_values_only():
-    from trainer.models.sage import GraphSAGE
+    from graphprep.trainer.models.sage import GraphSAGE
     x = random_dense(30, 20, seed=2)
     ei = {ET: torch.randint(0, 30, (2, 100), generator=torch.Generator().manual_seed(3))}
     batch = full_graph_batch({"_N": SparseRows.from_dense(x)}, ei, 2)
@@ -347,7 +347,7 @@ def test_rpc_carries_the_stored_values_counted_exactly(cora):
 # --- end to end: real ranks, RPC, DDP ------------------------------------------------------
 
 def run_trainer(*args, timeout=600):
-    cmd = [sys.executable, "-m", "trainer", *map(str, args)]
+    cmd = [sys.executable, "-m", "graphprep.trainer", *map(str, args)]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 

@@ -7,8 +7,8 @@ import os
 import numpy as np
 
 from conftest import edges_of, node_data_of
-from formats import load_chunked_graph
-from pipeline.synth import RankPermutation, SynthSpec, generate_edges
+from graphprep.formats import load_chunked_graph
+from graphprep.pipeline.synth import RankPermutation, SynthSpec, generate_edges
 
 
 def _tree_files(root):

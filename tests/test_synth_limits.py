@@ -12,7 +12,7 @@ import time
 import pytest
 
 from faultkit import assert_clean_exit, prep_fails, run_cli
-from pipeline.synth import SynthSpec
+from graphprep.pipeline.synth import SynthSpec
 
 MB = 10**6
 
@@ -37,7 +37,7 @@ Usage = collections.namedtuple("Usage", "total used free")
 
 
 def test_a_graph_bigger_than_the_free_disk_names_edges(prep, tmp_path, monkeypatch):
-    import pipeline.synth_job as job
+    import graphprep.pipeline.synth_job as job
     monkeypatch.setattr(job.shutil, "disk_usage", lambda path: Usage(2 * MB, MB, MB))
     out = prep_fails(None, "synth", tmp_path / "G", "--nodes", 10**4, "--edges", 10**6,
                      code=2, names=["MB on disk, 1 MB free at", str(tmp_path / "G")],
@@ -47,7 +47,7 @@ def test_a_graph_bigger_than_the_free_disk_names_edges(prep, tmp_path, monkeypat
 
 
 def test_wide_features_bigger_than_the_disk_name_feat_dim(prep, tmp_path, monkeypatch):
-    import pipeline.synth_job as job
+    import graphprep.pipeline.synth_job as job
     monkeypatch.setattr(job.shutil, "disk_usage", lambda path: Usage(2 * MB, MB, MB))
     out = prep_fails(None, "synth", tmp_path / "G", "--nodes", 20000, "--feat-dim", 512,
                      code=2, names=["of 512 features need"], cluster=False)
@@ -111,17 +111,17 @@ def test_sizes_too_small_or_beyond_the_generator_name_their_value(prep, tmp_path
     (dict(nodes=-5), "--nodes -5"),
 ])
 def test_the_api_names_an_absurd_size_too(tmp_path, kw, culprit):
-    from formats import FormatError
-    from pipeline import api
+    from graphprep.formats import FormatError
+    from graphprep.pipeline import api
     with pytest.raises(FormatError) as err:
         api.synth(str(tmp_path / "G"), **kw)
     assert str(err.value).endswith(culprit), err.value
 
 
 def test_dry_run_prints_the_footprint_and_refuses_what_cannot_fit(tmp_path):
-    from formats import FormatError
-    from pipeline.cluster import ClusterOptions
-    from pipeline.synth_job import dry_run
+    from graphprep.formats import FormatError
+    from graphprep.pipeline.cluster import ClusterOptions
+    from graphprep.pipeline.synth_job import dry_run
     line = dry_run(SynthSpec.from_scale(12, 16), str(tmp_path / "G"), 1 << 20,
                    ClusterOptions())
     assert line.startswith("synth (rmat) dry run, from the arguments: 65,536 edges and "
@@ -144,8 +144,8 @@ def test_prep_synth_dry_run_prints_it_and_writes_nothing(tmp_path):
 @pytest.mark.parametrize("args", [["--nodes", 30000, "--edges", 300000],
                                   ["--generator", "rmat", "--scale", 15]])
 def test_the_disk_estimate_is_near_what_synth_writes(prep, tmp_path, args):
-    from pipeline.estimate import estimate_synth
-    from pipeline.synth import make_spec
+    from graphprep.pipeline.estimate import estimate_synth
+    from graphprep.pipeline.synth import make_spec
     prep("synth", tmp_path / "G", *args, "--chunk-size", 100000)
     written = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in
                   os.walk(tmp_path / "G" / "edges") for f in fs) + \

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from conftest import edges_of, node_data_of
-from formats import FormatError, load_chunked_graph
-from pipeline.rmat import RmatPermutation, expected_isolated_fraction
-from pipeline.synth import SynthSpec
+from graphprep.formats import FormatError, load_chunked_graph
+from graphprep.pipeline.rmat import RmatPermutation, expected_isolated_fraction
+from graphprep.pipeline.synth import SynthSpec
 
 A, B, C = 0.57, 0.19, 0.19
 
@@ -170,7 +170,7 @@ def test_bad_options_exit_2_in_one_line(tmp_path, prep, args, names):
 
 
 def test_api_refuses_mixing_generators(tmp_path):
-    from pipeline import api
+    from graphprep.pipeline import api
     with pytest.raises(FormatError, match="--nodes"):
         api.synth(tmp_path / "g", generator="rmat", nodes=1000)
     with pytest.raises(FormatError, match="--edge-factor"):

@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from formats import EdgeType, FormatError, load_chunked_graph
-from formats.arrays import read_array_chunk, read_edge_chunk
-from pipeline import api
+from graphprep.formats import EdgeType, FormatError, load_chunked_graph
+from graphprep.formats.arrays import read_array_chunk, read_edge_chunk
+from graphprep.pipeline import api
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "tables")
@@ -67,7 +67,7 @@ def test_node_rows_come_back_by_key(shop):
     labels = np.array(vocab(g, "user", "label"))[field(g, "user", "label")]
     np.testing.assert_array_equal(labels, users["segment"].to_numpy(zero_copy_only=False))
     assert vocab(g, "user", "label") == sorted(make_shop.SEGMENTS)
-    from pipeline.inspect import describe
+    from graphprep.pipeline.inspect import describe
     shown = {k["type"]: k for k in describe(g.root)["keys"]}
     assert shown["user"]["keys"] == 1500 and shown["user"]["first"] == ids[0]
     countries = np.array(vocab(g, "user", "country"))[field(g, "user", "country")]
@@ -202,14 +202,14 @@ def test_tables_to_training_to_predictions_by_key(shop, tmp_path):
     train = ["--graph", tmp_path / "d", "--target", "user", "--model", "rgcn", "--fanouts",
              "10,5", "--epochs", 8, "--batch-size", 128, "--lr", 0.01, "--checkpoint-dir",
              tmp_path / "ck", "--metrics-out", tmp_path / "m.json", *common]
-    done = subprocess.run([sys.executable, "-m", "trainer", *map(str, train)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "graphprep.trainer", *map(str, train)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((tmp_path / "m.json").read_text())["summary"]
     assert summary["test_acc"] > 0.4, summary
     embed = ["--graph", tmp_path / "d", "--checkpoint", tmp_path / "ck", "--out",
              tmp_path / "e", *common]
-    done = subprocess.run([sys.executable, "-m", "trainer", "embed", *map(str, embed)],
+    done = subprocess.run([sys.executable, "-m", "graphprep.trainer", "embed", *map(str, embed)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     users = pacsv.read_csv(root / "data" / "users.csv")

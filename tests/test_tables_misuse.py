@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from faultkit import prep_fails
-from formats import EdgeType, load_chunked_graph
+from graphprep.formats import EdgeType, load_chunked_graph
 from test_tables_options import field, keys, write
 
 EDGES = "edges: [{type: n:e:n, files: e.csv, src: s, dst: d}]\n"

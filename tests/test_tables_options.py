@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from faultkit import prep_fails
-from formats import EdgeType, FormatError, load_chunked_graph
-from formats.arrays import read_array_chunk, read_edge_chunk
-from pipeline.tables.config import load_config
+from graphprep.formats import EdgeType, FormatError, load_chunked_graph
+from graphprep.formats.arrays import read_array_chunk, read_edge_chunk
+from graphprep.pipeline.tables.config import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
@@ -50,13 +50,13 @@ def write(path, text: str):
 # ----------------------------------------------------------------------------- reference
 
 def test_reference_is_generated_from_the_schema_and_up_to_date():
-    """docs/tables-config.md is what `python -m pipeline.tables.reference` prints: rerun it
+    """docs/tables-config.md is what `python -m graphprep.pipeline.tables.reference` prints: rerun it
     after changing SCHEMA (the loader accepts exactly the keys SCHEMA declares)."""
-    from pipeline.tables.config import SCHEMA
-    from pipeline.tables.reference import reference
+    from graphprep.pipeline.tables.config import SCHEMA
+    from graphprep.pipeline.tables.reference import reference
     with open(os.path.join(DOCS, "tables-config.md")) as f:
         assert f.read() == reference(), \
-            "stale: python -m pipeline.tables.reference > docs/tables-config.md"
+            "stale: python -m graphprep.pipeline.tables.reference > docs/tables-config.md"
     for section in SCHEMA.values():
         for key in section.keys:
             assert f"| `{key.name}` |" in reference()

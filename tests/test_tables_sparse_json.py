@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from faultkit import prep_fails
-from formats import load_chunked_graph
+from graphprep.formats import load_chunked_graph
 from test_tables_options import field, keys, write
 
 EDGES = "edges: [{type: n:e:n, files: e.csv, src: s, dst: d}]\n"

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from formats import EdgeType, load_chunked_graph
-from formats.arrays import read_edge_chunk
-from formats.output import write_edge_chunk
+from graphprep.formats import EdgeType, load_chunked_graph
+from graphprep.formats.arrays import read_edge_chunk
+from graphprep.formats.output import write_edge_chunk
 
 from faultkit import prep_fails
 

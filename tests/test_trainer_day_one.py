@@ -1,5 +1,5 @@
 """A user's first day with their own model, run from a folder of their own (not the repository):
-the shipped examples by name (``trainer.examples.NAME:build``), their own model by file path
+the shipped examples by name (``graphprep.trainer.examples.NAME:build``), their own model by file path
 (``models/my_model.py:build``, importing the modules beside it); a model that takes dense
 inputs on a wide sparse feature is warned once, by rank 0, what densifying costs and what to
 do; the sparse-aware example keeps the feature sparse and learns; DDP's
@@ -59,9 +59,9 @@ DENSIFY = "are densified on every batch for this model"
 
 
 def trainer(*args, cwd, timeout=120):
-    """``python -m trainer`` from ``cwd`` with the environment as it is (the installed
+    """``python -m graphprep.trainer`` from ``cwd`` with the environment as it is (the installed
     trainer: nothing puts the repository on the path)."""
-    return subprocess.run([sys.executable, "-m", "trainer", *map(str, args)], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "graphprep.trainer", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -78,12 +78,12 @@ def day(scheduler, cora_chunked, tmp_path_factory):
     (home / "models" / "my_model.py").write_text(textwrap.dedent(USER_MODEL).lstrip())
     (home / "models" / "helpers.py").write_text(textwrap.dedent(HELPERS).lstrip())
     assert not str(home).startswith(ROOT)
-    runs = {"example": ("--model", "trainer.examples.sparse_sage:build", "--epochs", 5),
+    runs = {"example": ("--model", "graphprep.trainer.examples.sparse_sage:build", "--epochs", 5),
             "mine": ("--model", "models/my_model.py:build", "--epochs", 2)}
     procs = {}
     for name, args in runs.items():
         procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "trainer", "--graph", "parts/graph.json", *map(str, RUN),
+            [sys.executable, "-m", "graphprep.trainer", "--graph", "parts/graph.json", *map(str, RUN),
              "--checkpoint-dir", f"ck-{name}", "--metrics-out", f"{name}.json",
              *map(str, args)],
             cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -123,7 +123,7 @@ def test_a_model_file_by_path_trains_and_its_densified_input_is_warned_once(day)
     line = warned[0]
     assert "[rank 0] WARNING" in line and "_N: 1433 columns" in line
     assert " per batch instead of " in line and "sparse_input = True" in line
-    assert "trainer.sparse_matmul" in line and "trainer.examples.sparse_sage" in line
+    assert "graphprep.trainer.sparse_matmul" in line and "graphprep.trainer.examples.sparse_sage" in line
     assert line.endswith(f"--model {model}"), line
     assert DDP_WARNING not in proc.stderr
 
@@ -143,7 +143,7 @@ def test_the_repository_path_of_an_example_outside_the_repository_names_the_inst
     proc = trainer("--graph", "parts/graph.json", *RUN, "--epochs", 1, "--model",
                    "examples.models.pyg_gcn:build", "--checkpoint-dir", "ck-x", cwd=home)
     assert_clean_exit(proc, 2, ["does not import",
-                                "import from any folder as trainer.examples.pyg_gcn"])
+                                "import from any folder as graphprep.trainer.examples.pyg_gcn"])
 
 
 @pytest.mark.timeout(500)
@@ -178,10 +178,10 @@ def test_another_model_in_the_same_checkpoint_dir_is_refused_without_overwrite(d
 def test_the_same_run_again_may_start_afresh_in_its_checkpoint_dir(day):
     """What the refusal compares (graph and the options --resume compares): the same run,
     the model named by a relative path from another folder, passes; another --epochs too."""
-    from formats.partitioned import load_partitioned
-    from trainer.config import TrainConfig, task_target
-    from trainer.models.registry import canonical
-    from trainer.runtime.checkpoint import CheckpointInfo, CheckpointRefused, check_fresh
+    from graphprep.formats.partitioned import load_partitioned
+    from graphprep.trainer.config import TrainConfig, task_target
+    from graphprep.trainer.models.registry import canonical
+    from graphprep.trainer.runtime.checkpoint import CheckpointInfo, CheckpointRefused, check_fresh
     home, _ = day
     meta = load_partitioned(str(home / "parts" / "graph.json"))
 

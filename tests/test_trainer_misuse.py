@@ -158,7 +158,7 @@ def env_with(modules) -> dict:
 
 
 def command(graph, folder, *args) -> list[str]:
-    return [sys.executable, "-m", "trainer", "--graph", graph, *map(str, FAST),
+    return [sys.executable, "-m", "graphprep.trainer", "--graph", graph, *map(str, FAST),
             "--checkpoint-dir", str(folder / "ckpt"), *map(str, args)]
 
 
@@ -282,7 +282,7 @@ def test_a_factory_that_exits_or_changes_the_dtype_is_refused_naming_it(tiny, mo
 def test_checkpoint_dir_and_metrics_out_on_one_path_are_refused_before_launch(tiny, modules,
                                                                               tmp_path):
     same = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "trainer", "--graph", tiny, *map(str, FAST),
+    proc = subprocess.run([sys.executable, "-m", "graphprep.trainer", "--graph", tiny, *map(str, FAST),
                            "--epochs", "1", "--checkpoint-dir", str(same), "--metrics-out",
                            str(same)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -292,7 +292,7 @@ def test_checkpoint_dir_and_metrics_out_on_one_path_are_refused_before_launch(ti
 
 
 def test_metrics_out_naming_a_folder_is_refused_before_launch(tiny, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "trainer", "--graph", tiny, *map(str, FAST),
+    proc = subprocess.run([sys.executable, "-m", "graphprep.trainer", "--graph", tiny, *map(str, FAST),
                            "--epochs", "1", "--checkpoint-dir", "ck", "--metrics-out",
                            "results/"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120,

@@ -1,4 +1,4 @@
-"""`python -m trainer` end to end: real ranks (processes), RPC and DDP over loopback.
+"""`python -m graphprep.trainer` end to end: real ranks (processes), RPC and DDP over loopback.
 
 Cora goes chunk -> partition metis -> dispatch; training must beat chance by a wide margin,
 reproduce itself, survive uneven batch counts, resume exactly, and fail loudly and fast.
@@ -50,7 +50,7 @@ SHORT_RUN_MARGIN = 0.3
 def train(graph, tmp_path, *args, name="m", timeout=300):
     """Run the trainer; returns (process result, metrics JSON or None, seconds)."""
     metrics = tmp_path / f"{name}.json"
-    cmd = [sys.executable, "-m", "trainer", "--graph", graph, "--no-progress",
+    cmd = [sys.executable, "-m", "graphprep.trainer", "--graph", graph, "--no-progress",
            "--metrics-out", str(metrics), "--checkpoint-dir", str(tmp_path / f"ckpt-{name}"),
            "--threads", "1", *map(str, args)]
     start = time.monotonic()
@@ -163,9 +163,9 @@ def test_under_torchrun_matches_the_local_launcher(cora, tmp_path):
     local, expect, _ = train(cora[2], tmp_path, *args, name="local")
     assert local.returncode == 0, local.stderr[-3000:]
     metrics = tmp_path / "torchrun.json"
-    from trainer.runtime.launch import free_port
+    from graphprep.trainer.runtime.launch import free_port
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(free_port()), "-m", "trainer", "--graph", cora[2],
+           "--master-port", str(free_port()), "-m", "graphprep.trainer", "--graph", cora[2],
            "--no-progress", "--metrics-out", str(metrics), "--threads", "1",
            "--checkpoint-dir", str(tmp_path / "ckpt-torchrun"), *map(str, args)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)

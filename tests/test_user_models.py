@@ -111,7 +111,7 @@ def modules(tmp_path_factory):
 
 
 def command(*args) -> list[str]:
-    return [sys.executable, "-m", "trainer", *map(str, args), "--no-progress", "--threads", "1"]
+    return [sys.executable, "-m", "graphprep.trainer", *map(str, args), "--no-progress", "--threads", "1"]
 
 
 def environment(modules=None) -> dict:
@@ -123,7 +123,7 @@ def environment(modules=None) -> dict:
 
 
 def trainer(graph, folder, *args, modules=None, timeout=300):
-    """Run ``python -m trainer`` from the repository root; returns (result, metrics or
+    """Run ``python -m graphprep.trainer`` from the repository root; returns (result, metrics or
     None). Writes ``folder/metrics.json`` and checkpoints in ``folder/ckpt``."""
     metrics = folder / "metrics.json"
     proc = subprocess.run(command("--graph", graph, "--metrics-out", metrics,
@@ -237,8 +237,8 @@ def test_bad_models_are_refused_in_one_line_before_any_rank(cora, modules, monke
     """The launcher's checks, run in this process (the CLI's own code, without the cost of
     a process per case); launching ranks fails the test. The next test runs one case as a
     real process."""
-    from trainer import cli
-    from trainer.runtime import launch
+    from graphprep.trainer import cli
+    from graphprep.trainer.runtime import launch
     monkeypatch.syspath_prepend(str(modules))
     monkeypatch.syspath_prepend(ROOT)           # the repository root, as `python -m` has it
     monkeypatch.delenv("RANK", raising=False)
@@ -247,7 +247,7 @@ def test_bad_models_are_refused_in_one_line_before_any_rank(cora, modules, monke
     with pytest.raises(SystemExit) as exit:
         cli.main.main(["--graph", cora["graph"], "--no-progress", "--epochs", "1",
                        "--checkpoint-dir", str(tmp_path / "ckpt"), *args],
-                      prog_name="python -m trainer")
+                      prog_name="python -m graphprep.trainer")
     stdout, stderr = capfd.readouterr()
     assert exit.value.code == 2, stderr
     line = stderr.strip()
@@ -265,7 +265,7 @@ def test_a_module_that_does_not_import_is_refused_by_the_real_cli(cora, modules,
     assert proc.stderr.strip() == ("Error: --model usermods_broken:build: module "
                                    "'usermods_broken' does not import (ModuleNotFoundError: No "
                                    "module named 'a_dependency_nobody_installed') (see "
-                                   "'python -m trainer -h')")
+                                   "'python -m graphprep.trainer -h')")
     assert not (tmp_path / "ckpt" / "checkpoint.pt").exists()
 
 

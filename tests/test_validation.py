@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError, load_chunked_graph
-from formats.output import write_array_chunk, write_edge_chunk, write_json
+from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError, load_chunked_graph
+from graphprep.formats.output import write_array_chunk, write_edge_chunk, write_json
 
 ET = EdgeType("a", "r", "b")
 
@@ -187,7 +187,7 @@ def test_concurrent_swaps_into_place_leave_one_whole_output(tmp_path):
     exactly one moves it in, the other finds it done; nothing fails, nothing is left aside."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from formats.output import side_paths, swap_into_place
+    from graphprep.formats.output import side_paths, swap_into_place
     final = tmp_path / "OUT"
     partial = side_paths(str(final))[0]
     for i in range(40):

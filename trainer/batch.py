@@ -17,7 +17,7 @@ A :class:`Batch` is one sampled mini-batch, ready for a ``torch.nn.Module``:
   into the seeds).
 
 A node type whose feature is sparse (CSR in graph.json) has its ``x`` as
-:class:`trainer.data.sparse.SparseRows` (``indptr``/``indices``/``values``, ``to_dense()``) for
+:class:`graphprep.trainer.data.sparse.SparseRows` (``indptr``/``indices``/``values``, ``to_dense()``) for
 models that declare ``sparse_input = True`` (the built-ins); any other model receives it
 densified per batch, after the batch reached its device (:func:`dense_inputs_hook`).
 
@@ -39,7 +39,7 @@ import torch
 from .data.sparse import SparseRows, densify
 
 EdgeKey = tuple[str, str, str]
-log = logging.getLogger("trainer")
+log = logging.getLogger("graphprep.trainer")
 
 
 def _only(d: dict, what: str):
@@ -273,8 +273,8 @@ def densify_warning(model: str, sparse: dict[str, SparseRows]) -> str:
     return (f"sparse input features ({widths}) are densified on every batch for this model: "
             f"{_size(dense)} per batch instead of {_size(stored)} stored, and "
             "a dense first-layer product; to keep them sparse, set sparse_input = True on the "
-            "module and take batch.x with trainer.sparse_matmul (the example "
-            "trainer.examples.sparse_sage, docs/models.md): --model " + model)
+            "module and take batch.x with graphprep.trainer.sparse_matmul (the example "
+            "graphprep.trainer.examples.sparse_sage, docs/models.md): --model " + model)
 
 
 def densified_bytes(sparse: dict[str, SparseRows]) -> tuple[int, int]:

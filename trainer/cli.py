@@ -1,5 +1,5 @@
-"""``python -m trainer``: distributed GraphSAGE node classification or link prediction on a
-partitioned graph (``python -m trainer embed``: inference, in ``trainer.tasks.embed``).
+"""``python -m graphprep.trainer``: distributed GraphSAGE node classification or link prediction on a
+partitioned graph (``python -m graphprep.trainer embed``: inference, in ``graphprep.trainer.tasks.embed``).
 
 Without ``RANK`` in the environment it launches one rank per part (``--ranks-per-part`` R: R per
 part) on this machine; under ``torchrun`` (or any launcher setting ``RANK``, ``WORLD_SIZE``,
@@ -7,7 +7,7 @@ part) on this machine; under ``torchrun`` (or any launcher setting ``RANK``, ``W
 
 Before anything starts, the options, ``--target``, the checkpoint folder (writable) and a
 ``--resume`` (same graph, compatible options) are checked: exit 2 with a one-line message. Each
-rank then checks its part (``formats.part_checks``) before importing torch: a damaged part
+rank then checks its part (``graphprep.formats.part_checks``) before importing torch: a damaged part
 exits 1 naming rank, part and file.
 """
 
@@ -23,16 +23,16 @@ import warnings
 
 import click
 
-from formats.cli_types import OneLineErrors as OneLineErrorsMixin
-from formats.console import setup_logging
-from formats.errors import FormatError
-from formats.partitioned import load_partitioned
+from graphprep.formats.cli_types import OneLineErrors as OneLineErrorsMixin
+from graphprep.formats.console import setup_logging
+from graphprep.formats.errors import FormatError
+from graphprep.formats.partitioned import load_partitioned
 
 from .config import (FAIL_MODES, FEATURELESS, SCORERS, TASKS, TrainConfig, check_edge_feat,
                      task_target)
 from .runtime.netif import IFACE_HELP, configure_rank
 
-log = logging.getLogger("trainer")
+log = logging.getLogger("graphprep.trainer")
 
 # Past 8 intra-op threads a rank's small GNN batches stop gaining, and they lose badly while the
 # loader thread runs its own torch ops beside them: one rank with 16 threads on a 16-core
@@ -114,12 +114,12 @@ class BadInput(click.ClickException):
               help="The model: sage (GraphSAGE-mean), gat (multi-head attention), rgcn "
                    "(per-relation weights, heterogeneous graphs), or your own: "
                    "PKG.MODULE:FACTORY or path/to/file.py:FACTORY, a function build(spec: "
-                   "trainer.ModelSpec, **model_args) -> torch.nn.Module whose forward(batch: "
-                   "trainer.Batch) returns logits (node task) or embeddings (link task); see "
+                   "graphprep.trainer.ModelSpec, **model_args) -> torch.nn.Module whose forward(batch: "
+                   "graphprep.trainer.Batch) returns logits (node task) or embeddings (link task); see "
                    "'Models' above and docs/models.md. A module must import on every rank "
                    "(e.g. on PYTHONPATH); a file is recorded by its absolute path. Examples, "
-                   "importable anywhere: trainer.examples.pyg_gcn:build, "
-                   "trainer.examples.pyg_gat:build, trainer.examples.sparse_sage:build.")
+                   "importable anywhere: graphprep.trainer.examples.pyg_gcn:build, "
+                   "graphprep.trainer.examples.pyg_gat:build, graphprep.trainer.examples.sparse_sage:build.")
 @click.option("--model-args", default=None, callback=_model_args,
               help="JSON object of keyword arguments for the model's factory, e.g. "
                    "'{\"heads\": 8}' [default: none].")
@@ -198,19 +198,19 @@ def main(graph, threads, verbose, iface, **options):
 
     \b
     Examples:
-      python -m trainer --graph parts/graph.json --fanouts 15,10,5 --epochs 20
-      python -m trainer --graph parts/graph.json --model gat --model-args '{"heads": 8}'
-      python -m trainer --graph parts/graph.json --task link --scorer mlp --epochs 20
-      python -m trainer --graph parts/graph.json --model my_models:build
-      python -m trainer --graph parts/graph.json --model path/to/my_model.py:build
+      python -m graphprep.trainer --graph parts/graph.json --fanouts 15,10,5 --epochs 20
+      python -m graphprep.trainer --graph parts/graph.json --model gat --model-args '{"heads": 8}'
+      python -m graphprep.trainer --graph parts/graph.json --task link --scorer mlp --epochs 20
+      python -m graphprep.trainer --graph parts/graph.json --model my_models:build
+      python -m graphprep.trainer --graph parts/graph.json --model path/to/my_model.py:build
 
     \b
     Models (--model PKG.MODULE:FACTORY or path/to/file.py:FACTORY):
-      build(spec: trainer.ModelSpec, **model_args) -> torch.nn.Module, imported on every
+      build(spec: graphprep.trainer.ModelSpec, **model_args) -> torch.nn.Module, imported on every
       rank. spec: in_dims (per node type), out_dim (classes, or --hidden for links), hidden,
       num_layers (= len(--fanouts)), dropout, node_types, edge_types ((src, rel, dst)),
       metadata (PyG's), edge_dims (--edge-feat), target, task.
-      module(batch) gets a trainer.Batch (PyG field names):
+      module(batch) gets a graphprep.trainer.Batch (PyG field names):
         batch.layers[i]: input layer first; edge_index [2, E] (row 0 source, row 1
           destination position), num_src, num_dst (destinations = the sources' prefix),
           edge_attr; so h = conv((h, h[:layer.num_dst]), layer.edge_index)
@@ -223,7 +223,7 @@ def main(graph, threads, verbose, iface, **options):
       (--hidden wide, a dict per type on heterogeneous graphs); the trainer scores pairs.
       An optional module.layer(i, layer, h) makes `trainer embed` exact layer-wise.
       sparse_input = True on the module: a sparse (CSR) feature arrives as
-      trainer.SparseRows (first layer: trainer.sparse_matmul), else densified per batch.
+      graphprep.trainer.SparseRows (first layer: graphprep.trainer.sparse_matmul), else densified per batch.
       find_unused_parameters = True/False on the module overrides DDP's flag (default:
       decided on the first batch).
     """
@@ -280,8 +280,8 @@ def start_command(graph: str, verbose: bool):
 def _graph_hint(graph: str, err: FormatError) -> str:
     """What the user gave instead of a partitioned graph, or what was expected when the file
     is missing or not JSON (a graph.json with bad fields is named by ``err`` itself)."""
-    from formats.assignment import META as ASSIGNMENT_META
-    from formats.schema import METADATA
+    from graphprep.formats.assignment import META as ASSIGNMENT_META
+    from graphprep.formats.schema import METADATA
     folder = graph if os.path.isdir(graph) else os.path.dirname(graph)
     if os.path.basename(graph) == METADATA or os.path.isfile(os.path.join(folder, METADATA)):
         return (" (this is a chunked graph, the output of prep synth/chunk: partition and "
@@ -295,7 +295,7 @@ def _graph_hint(graph: str, err: FormatError) -> str:
 
 
 def _check_outputs(cfg, meta, target: str, rank: str | None) -> None:
-    """Before any epoch: what rank 0 writes passes the output rule (trainer.runtime.outputs) and the
+    """Before any epoch: what rank 0 writes passes the output rule (graphprep.trainer.runtime.outputs) and the
     checkpoint folder is writable; a --resume matches this graph and these options. Ranks of
     our launcher skip what it checked already."""
     from .runtime.launch import LAUNCHER_ENV
@@ -340,9 +340,9 @@ def _check_model(cfg, meta, rank: str | None) -> None:
 
 
 def _check_data(meta, p: int, rank: int, verify_data: bool) -> None:
-    """This rank's part, before torch loads (see formats.part_checks); exit 1 naming
+    """This rank's part, before torch loads (see graphprep.formats.part_checks); exit 1 naming
     rank, part and file on failure."""
-    from formats.part_checks import check_part
+    from graphprep.formats.part_checks import check_part
     start = time.perf_counter()
     try:
         report = check_part(meta, p, verify_data=verify_data)
@@ -364,7 +364,7 @@ def run_as_rank(work, meta, *, rank: int, part: int, device: str, iface: str | N
     check the part (exit 1 naming it), then torch. Any failure of ``work`` ends the rank with
     one logged line (tracebacks for unexpected errors) and exit 1. A collective or RPC that
     timed out is one line naming the ranks that went silent and the step this rank waited in
-    (``trainer.runtime.health``; the traceback only with ``verbose``). Under torchrun the line also
+    (``graphprep.trainer.runtime.health``; the traceback only with ``verbose``). Under torchrun the line also
     replaces "To enable traceback see ..." in its failure summary. Returns what ``work``
     returns."""
     from .runtime.launch import watch_launcher

@@ -11,7 +11,7 @@ import numpy as np
 
 PLACEMENTS = ("cpu", "pinned", "cuda")
 TASKS = ("node", "link")
-SCORERS = ("dot", "mlp")          # trainer.models.scorer's, named here so options check without torch
+SCORERS = ("dot", "mlp")          # graphprep.trainer.models.scorer's, named here so options check without torch
 LINK_MASKS = ("train_mask", "val_mask", "test_mask")
 FAIL_MODES = ("raise", "kill", "hang", "nan")
 FEATURELESS = ("embed", "constant")   # input of a node type without features
@@ -51,7 +51,7 @@ class TrainConfig:
     degree_input: bool | None = None    # None: on for the link task, off for the node task
     featureless: str = "embed"          # a type without features: learnable rows, or constant
     embedding_dim: int = 64             # width of those learnable rows
-    embedding_lr: float = 0.01          # their sparse Adam learning rate (trainer.data.embeddings)
+    embedding_lr: float = 0.01          # their sparse Adam learning rate (graphprep.trainer.data.embeddings)
     checkpoint_dir: str | None = None
     resume: bool = False
     verify_data: bool = False

@@ -23,9 +23,9 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from formats.console import show_progress
-from formats.memory import peak_rss_bytes
-from formats.partitioned import load_partitioned
+from graphprep.formats.console import show_progress
+from graphprep.formats.memory import peak_rss_bytes
+from graphprep.formats.partitioned import load_partitioned
 
 from .batch import DenseInputs
 from .config import TrainConfig, target_etype, target_type
@@ -47,7 +47,7 @@ from .sampling.partition import ORIG_ID, LocalPart
 from .sampling.service import PartServer, RpcTransport, serve
 from .sampling.timing import PHASES, Breakdown
 
-log = logging.getLogger("trainer")
+log = logging.getLogger("graphprep.trainer")
 
 
 @dataclass

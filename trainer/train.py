@@ -1,8 +1,8 @@
 """One rank of distributed training: join, build the task and the model, run the epochs.
 
-The epoch loop is shared (:mod:`trainer.loop`); what a task trains on and how it scores is its
-own: :class:`trainer.tasks.node.NodeTask` (``--task node``) or
-:class:`trainer.tasks.link.LinkTask` (``--task link``).
+The epoch loop is shared (:mod:`graphprep.trainer.loop`); what a task trains on and how it scores is its
+own: :class:`graphprep.trainer.tasks.node.NodeTask` (``--task node``) or
+:class:`graphprep.trainer.tasks.link.LinkTask` (``--task link``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from .sampling.dist_sampler import mix_seed
 from .tasks.link import LinkTask
 from .tasks.node import NodeTask
 
-log = logging.getLogger("trainer")
+log = logging.getLogger("graphprep.trainer")
 
 
 def run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:

@@ -28,11 +28,11 @@ from common import (fresh_cluster, parse_args, run_baseline, timer,  # noqa: E40
 import pyarrow as pa  # noqa: E402
 import pyarrow.csv as pacsv  # noqa: E402
 
-from pipeline.convert import run_chunk  # noqa: E402
-from pipeline.convert.options import ChunkOptions  # noqa: E402
-from pipeline.convert.writer import Transforms  # noqa: E402
-from pipeline.synth import SynthSpec, generate_edges  # noqa: E402
-from pipeline.synth_job import run_synth  # noqa: E402
+from graphprep.pipeline.convert import run_chunk  # noqa: E402
+from graphprep.pipeline.convert.options import ChunkOptions  # noqa: E402
+from graphprep.pipeline.convert.writer import Transforms  # noqa: E402
+from graphprep.pipeline.synth import SynthSpec, generate_edges  # noqa: E402
+from graphprep.pipeline.synth_job import run_synth  # noqa: E402
 
 
 def bench_synth(out: str, edges: int, feat_dim: int) -> dict:

@@ -53,7 +53,7 @@ import numpy as np  # noqa: E402
 from common import (MB, fresh_cluster, parse_args, run_baseline, sampled_peaks_mb,  # noqa: E402
                     start_memory_sampler, worker_peak_rss_mb, worker_rss_now_mb)
 from dgl_writer import dgl_chunk_graph  # noqa: E402
-from formats.memory import status_counters  # noqa: E402
+from graphprep.formats.memory import status_counters  # noqa: E402
 
 PANDAS_MISSING = ("bench_dgl_input.py needs pandas for DGL's own array readers (the baseline): "
                   "pip install -c constraints.txt '.[bench]' (from the project root)")
@@ -97,7 +97,7 @@ BASELINE = """
 import json, os, sys, time
 sys.path.insert(0, {here!r})
 from common import MB
-from pipeline.cluster import peak_rss_bytes
+from graphprep.pipeline.cluster import peak_rss_bytes
 import numpy as np
 from dgl_array_readwriter import get_array_parser
 floor = peak_rss_bytes()
@@ -127,7 +127,7 @@ DISPATCH_EDGES = """
 import json, os, sys, time
 sys.path.insert(0, {here!r})
 from common import MB
-from pipeline.cluster import peak_rss_bytes
+from graphprep.pipeline.cluster import peak_rss_bytes
 import numpy as np
 from dgl_array_readwriter import read_edge_file_as_dispatch
 floor = peak_rss_bytes()
@@ -158,9 +158,9 @@ def baseline(code: str, root: str, edges: int) -> dict:
 # ------------------------------------------------------------------ ours: prep chunk
 
 def prep_command() -> list[str]:
-    """The ``prep`` script beside this Python (how a user runs it), else ``-m pipeline.cli``."""
+    """The ``prep`` script beside this Python (how a user runs it), else ``-m graphprep.pipeline.cli``."""
     script = os.path.join(os.path.dirname(sys.executable), "prep")
-    return [script] if os.path.exists(script) else [sys.executable, "-m", "pipeline.cli"]
+    return [script] if os.path.exists(script) else [sys.executable, "-m", "graphprep.pipeline.cli"]
 
 
 def prep_chunk(root: str, out: str, edges: int, workers: int, chunk_size: int | None) -> dict:
@@ -210,7 +210,7 @@ def warnings_of(output: str) -> list[str]:
 
 def check_output(out: str, sizes: dict) -> dict:
     """The chunked output holds every node and edge type with the source's counts."""
-    from formats import load_chunked_graph
+    from graphprep.formats import load_chunked_graph
 
     g = load_chunked_graph(out)
     assert g.num_nodes == sizes["nodes"], (g.num_nodes, sizes["nodes"])

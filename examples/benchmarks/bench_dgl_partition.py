@@ -47,15 +47,15 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import fresh_cluster, parse_args, run_baseline, worker_peak_rss_mb  # noqa: E402
 
-from pipeline import api  # noqa: E402
-from pipeline.synth import SynthSpec  # noqa: E402
-from pipeline.synth_job import run_synth  # noqa: E402
+from graphprep.pipeline import api  # noqa: E402
+from graphprep.pipeline.synth import SynthSpec  # noqa: E402
+from graphprep.pipeline.synth_job import run_synth  # noqa: E402
 
 DGL = """
 import json, os, time
 import numpy as np, pyarrow.parquet as pq, torch, dgl
-from formats import load_chunked_graph, read_array_chunk
-from pipeline.partition.metis_method import edge_cut
+from graphprep.formats import load_chunked_graph, read_array_chunk
+from graphprep.pipeline.partition.metis_method import edge_cut
 t = time.perf_counter()
 g_ = load_chunked_graph({graph!r})
 files = [g_.path(f) for f in g_.edges[g_.edge_types[0]].files]

@@ -8,7 +8,7 @@ the same run, with and without ``--edge-feat w``:
   through the in-process transport, counted as RPC is), the same seeds and keys with and
   without the rows, batches alternated: requests and bytes per batch, sampled edges per second,
   and the extra bytes received per remote edge (the rows ride in the sampling answers);
-- ``trainer``: ``python -m trainer`` with 2 ranks (GraphSAGE, which ignores the rows: the runs
+- ``trainer``: ``python -m graphprep.trainer`` with 2 ranks (GraphSAGE, which ignores the rows: the runs
   differ only by what the sampling answers carry), per epoch: RPC requests, bytes sent and
   received, epoch time (the first epoch excluded from the time when there are several).
 
@@ -34,11 +34,11 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from common import fresh_cluster, parse_args  # noqa: E402
 
-from formats import ChunkFiles, load_chunked_graph  # noqa: E402
-from formats.output import write_array_chunk  # noqa: E402
-from trainer.sampling.dist_sampler import DistNeighborSampler  # noqa: E402
-from trainer.sampling.partition import LocalPart  # noqa: E402
-from trainer.sampling.service import LocalTransport, PartServer  # noqa: E402
+from graphprep.formats import ChunkFiles, load_chunked_graph  # noqa: E402
+from graphprep.formats.output import write_array_chunk  # noqa: E402
+from graphprep.trainer.sampling.dist_sampler import DistNeighborSampler  # noqa: E402
+from graphprep.trainer.sampling.partition import LocalPart  # noqa: E402
+from graphprep.trainer.sampling.service import LocalTransport, PartServer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -72,10 +72,10 @@ def add_edge_data(chunked: str, out: str, name: str, dim: int) -> str:
 def prepared_graph(workdir: str, edges: int, dim: int) -> str:
     """graph.json of the 2-part dispatch of a synth graph with edge data ``w``; reused from
     ``workdir`` when a previous run left it there."""
-    from dispatch.job import run_dispatch
-    from pipeline.partition import PartitionOptions, run_partition
-    from pipeline.synth import SynthSpec
-    from pipeline.synth_job import run_synth
+    from graphprep.dispatch.job import run_dispatch
+    from graphprep.pipeline.partition import PartitionOptions, run_partition
+    from graphprep.pipeline.synth import SynthSpec
+    from graphprep.pipeline.synth_job import run_synth
 
     base = os.path.join(workdir, f"synth-{edges}-w{dim}")
     out = os.path.join(f"{base}-d2", "graph.json")
@@ -137,7 +137,7 @@ def trainer_cost(graph_json: str, workdir: str, args, *extra: str) -> dict:
     """One 2-rank training run: per-epoch RPC requests and bytes, epoch time."""
     name = "w" if extra else "plain"
     metrics = os.path.join(workdir, f"edge-feat-{name}.json")
-    cmd = [sys.executable, "-m", "trainer", "--graph", graph_json, "--no-progress",
+    cmd = [sys.executable, "-m", "graphprep.trainer", "--graph", graph_json, "--no-progress",
            "--epochs", str(args.epochs), "--fanouts", args.fanouts, "--batch-size",
            str(args.batch_size), "--metrics-out", metrics,
            "--checkpoint-dir", os.path.join(workdir, f"ckpt-edge-feat-{name}"), *extra]

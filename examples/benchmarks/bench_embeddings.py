@@ -30,10 +30,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def featureless_graph(workdir: str, nodes: int, edges: int, seed: int) -> str:
     """The synth graph without ``paper/feat``, dispatched into 2 random parts: graph.json's
     path. Reuses what ``workdir`` already holds."""
-    from dispatch.job import run_dispatch
-    from pipeline.partition import PartitionOptions, run_partition
-    from pipeline.synth import SynthSpec
-    from pipeline.synth_job import run_synth
+    from graphprep.dispatch.job import run_dispatch
+    from graphprep.pipeline.partition import PartitionOptions, run_partition
+    from graphprep.pipeline.synth import SynthSpec
+    from graphprep.pipeline.synth_job import run_synth
 
     graph = os.path.join(workdir, f"featureless-{nodes}-{edges}")
     dispatched = f"{graph}-d2"
@@ -57,7 +57,7 @@ def featureless_graph(workdir: str, nodes: int, edges: int, seed: int) -> str:
 def train(graph_json: str, workdir: str, args, model: str, featureless: str) -> dict:
     name = f"{model}-{featureless}"
     metrics = os.path.join(workdir, f"train-{name}.json")
-    cmd = [sys.executable, "-m", "trainer", "--graph", graph_json, "--no-progress",
+    cmd = [sys.executable, "-m", "graphprep.trainer", "--graph", graph_json, "--no-progress",
            "--model", model, "--featureless", featureless, "--epochs", str(args.epochs),
            "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--lr", "0.01",
            "--seed", str(args.seed), "--metrics-out", metrics, "--overwrite",

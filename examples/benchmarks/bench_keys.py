@@ -39,7 +39,7 @@ from common import (fresh_cluster, run_baseline, sampled_peaks_mb,  # noqa: E402
 
 from gconstruct_peer import run_gconstruct  # noqa: E402
 
-from pipeline.arrayops import mix  # noqa: E402
+from graphprep.pipeline.arrayops import mix  # noqa: E402
 
 BLOCK = 1 << 20
 HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
@@ -134,7 +134,7 @@ def chunked_output(graph) -> dict:
 
 def run(folder: str, edges: int, nodes: int, chunk_size: int,
         graphstorm_python: str | None = None) -> dict:
-    from pipeline import api
+    from graphprep.pipeline import api
 
     with timer() as t:
         make_tables(folder, nodes, edges)

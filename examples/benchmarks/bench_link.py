@@ -2,7 +2,7 @@
 
 For Cora (bundled) and a ``prep synth`` graph (10^6 edges by default), as a user runs it:
 ``prep split-edges`` (5% validation, 10% test) -> ``prep partition --method metis -p 2`` ->
-``prep dispatch`` -> ``python -m trainer --task link`` (2 ranks) -> ``python -m trainer embed``.
+``prep dispatch`` -> ``python -m graphprep.trainer --task link`` (2 ranks) -> ``python -m graphprep.trainer embed``.
 Against it, in the same run, a **single-process reference** in plain torch on the same split:
 the same GraphSAGE layers and inputs (features + log(1 + in-degree)) run full-graph (every
 training edge carries messages, no sampling),
@@ -31,17 +31,17 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import parse_args  # noqa: E402
-from formats import EdgeType, load_chunked_graph, read_array_chunk, read_edge_chunk  # noqa: E402
-from trainer.batch import full_graph_batch  # noqa: E402
-from trainer.tasks.link_metrics import auc, ranking_metrics  # noqa: E402
-from trainer.models.sage import GraphSAGE  # noqa: E402
-from trainer.models.scorer import link_loss, make_scorer  # noqa: E402
+from graphprep.formats import EdgeType, load_chunked_graph, read_array_chunk, read_edge_chunk  # noqa: E402
+from graphprep.trainer.batch import full_graph_batch  # noqa: E402
+from graphprep.trainer.tasks.link_metrics import auc, ranking_metrics  # noqa: E402
+from graphprep.trainer.models.sage import GraphSAGE  # noqa: E402
+from graphprep.trainer.models.scorer import link_loss, make_scorer  # noqa: E402
 
 ET = EdgeType("_N", "_E", "_N")
 
 
 def prep(*args) -> None:
-    subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args), "--no-progress"],
+    subprocess.run([sys.executable, "-m", "graphprep.pipeline.cli", *map(str, args), "--no-progress"],
                    cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
 
 
@@ -60,7 +60,7 @@ def distributed(graph_json: str, workdir: str, args) -> dict:
     metrics = os.path.join(workdir, f"m-{os.path.basename(os.path.dirname(graph_json))}.json")
     ckpt = metrics[:-5] + "-ckpt"
     start = time.perf_counter()
-    cmd = [sys.executable, "-m", "trainer", "--graph", graph_json, "--task", "link",
+    cmd = [sys.executable, "-m", "graphprep.trainer", "--graph", graph_json, "--task", "link",
            "--epochs", args.epochs, "--fanouts", args.fanouts, "--batch-size", args.batch_size,
            "--lr", args.lr, "--hidden", args.hidden, "--scorer", args.scorer, "--dropout",
            args.dropout, "--weight-decay", args.weight_decay, "--no-progress",
@@ -72,7 +72,7 @@ def distributed(graph_json: str, workdir: str, args) -> dict:
     out = {"seconds": round(took, 1), **{k: round(v, 4) for k, v in data["summary"].items()}}
     emb = metrics[:-5] + "-emb"
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "trainer", "embed", "--graph", graph_json,
+    subprocess.run([sys.executable, "-m", "graphprep.trainer", "embed", "--graph", graph_json,
                     "--checkpoint", ckpt, "--out", emb, "--no-progress"],
                    cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     with open(os.path.join(emb, "embed.json")) as f:

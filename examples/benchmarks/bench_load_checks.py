@@ -3,7 +3,7 @@
 A synth graph (default 10^7 edges, 10^6 nodes, 32 float32 features) is dispatched into 2 parts
 (random partition) under ``--workdir`` (reused when already there). Per part: the plain load
 (``LocalPart.load``: memory-maps every array), then what a rank checks before training
-(``formats.part_checks.check_part``) by phase: layout (sizes, dtypes, shapes from the
+(``graphprep.formats.part_checks.check_part``) by phase: layout (sizes, dtypes, shapes from the
 headers), structure (ranges, order, finiteness: reads every array once), sampled hashes (the
 default), and full hashes (``--verify-data``: reads every byte once more). Page cache warm
 (the best of ``--repeat`` runs), and cold too when this process may drop the page cache (not
@@ -22,10 +22,10 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 from common import parse_args, partitioned_synth  # noqa: E402
 
-from formats.integrity import check_part_files  # noqa: E402
-from formats.partitioned import load_partitioned  # noqa: E402
-from formats.part_checks import check_part, check_structure  # noqa: E402
-from trainer.sampling.partition import LocalPart  # noqa: E402
+from graphprep.formats.integrity import check_part_files  # noqa: E402
+from graphprep.formats.partitioned import load_partitioned  # noqa: E402
+from graphprep.formats.part_checks import check_part, check_structure  # noqa: E402
+from graphprep.trainer.sampling.partition import LocalPart  # noqa: E402
 
 MB = 1 << 20
 

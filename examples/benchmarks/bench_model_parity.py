@@ -20,8 +20,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from formats.partitioned import load_partitioned  # noqa: E402
-from common import add_graph_options, graph_spec, parse_args, partitioned_synth  # noqa: E402
+from graphprep.formats.partitioned import load_partitioned  # noqa: E402
+from common import (add_graph_options, graph_spec, importable_tree, parse_args,  # noqa: E402
+                    partitioned_synth)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BASELINE = "dc4bc56"     # the last commit before the trainer took user models (issue 31)
@@ -30,11 +31,12 @@ BASELINE = "dc4bc56"     # the last commit before the trainer took user models (
 def run(tree: str, graph_json: str, workdir: str, name: str, args) -> dict:
     """One training run of the trainer in ``tree``; returns its metrics file's content."""
     metrics = os.path.join(workdir, f"{name}.json")
-    cmd = [sys.executable, "-m", "trainer", "--graph", graph_json, "--no-progress",
+    path, module = importable_tree(tree, workdir)
+    cmd = [sys.executable, "-m", module, "--graph", graph_json, "--no-progress",
            "--epochs", str(args.epochs), "--fanouts", args.fanouts, "--batch-size",
            str(args.batch_size), "--metrics-out", metrics, "--overwrite",
            "--checkpoint-dir", os.path.join(workdir, f"ckpt-{name}")]
-    env = dict(os.environ, PYTHONPATH=tree)
+    env = dict(os.environ, PYTHONPATH=path)
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(f"{name} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")

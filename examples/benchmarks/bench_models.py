@@ -2,7 +2,7 @@
 
 **Accuracy**: GAT's recipe (Veličković et al. 2018: 8 heads x 8 hidden, one output head,
 dropout 0.6 on inputs and attention, Adam lr 0.005, weight decay 5e-4, full neighborhoods,
-the 140 training nodes in one batch) through ``python -m trainer`` on 2 METIS parts
+the 140 training nodes in one batch) through ``python -m graphprep.trainer`` on 2 METIS parts
 (train-balanced) and 2 ranks, on the bundled Cora and CiteSeer with the standard Planetoid
 split, over ``--seeds``. Features as ``prep chunk`` writes them (``raw``: binary bag of words)
 and row-normalised as the paper does (``row_normalised``: each row divided by its sum,
@@ -10,7 +10,7 @@ written as a ``.npz`` and chunked with ``prep chunk --from npy``). Reported: tes
 the best validation epoch (the trainer's summary) per seed, its mean, standard deviation
 (population), min and max, against the published 83.0% (Cora) and 72.5% (CiteSeer).
 
-**Time**: forward + backward of our ``trainer.models.gat`` against a stack of PyG's
+**Time**: forward + backward of our ``graphprep.trainer.models.gat`` against a stack of PyG's
 ``GATConv`` with the same weights, on the same batches in one process: batches sampled once
 through our loader from a 1-part dispatch (Cora: the accuracy recipe's batch of 140 seeds with
 full neighborhoods; a ``prep synth`` graph: mini-batches of 1024 with fanouts 10,10), each
@@ -40,8 +40,8 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import fresh_cluster, parse_args  # noqa: E402
-from pipeline import api  # noqa: E402
-from pipeline.convert.planetoid import read_planetoid  # noqa: E402
+from graphprep.pipeline import api  # noqa: E402
+from graphprep.pipeline.convert.planetoid import read_planetoid  # noqa: E402
 
 PLANETOID = os.path.join(ROOT, "examples", "data", "planetoid")
 PUBLISHED = {"cora": 0.830, "citeseer": 0.725}       # Veličković et al. 2018, Table 2
@@ -92,7 +92,7 @@ def prepare(workdir: str, datasets: list[str], synth_edges: int) -> dict:
 
 def train(graph_json: str, workdir: str, seed: int, epochs: int, tag: str) -> dict:
     metrics = os.path.join(workdir, f"m-{tag}-{seed}.json")
-    cmd = [sys.executable, "-m", "trainer", "--graph", graph_json, *RECIPE, "--epochs",
+    cmd = [sys.executable, "-m", "graphprep.trainer", "--graph", graph_json, *RECIPE, "--epochs",
            str(epochs), "--seed", str(seed), "--threads", "1", "--no-progress", "--overwrite",
            "--metrics-out", metrics, "--checkpoint-dir", os.path.join(workdir, f"ck-{tag}-{seed}")]
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
@@ -125,12 +125,12 @@ def accuracy(two: dict, workdir: str, seeds: list[int], epochs: int) -> dict:
 def sampled_batches(graph_json: str, fanouts: list[int], batch_size: int):
     """One epoch of training batches of a 1-part graph through our loader, in one process:
     ``(batches, classes, input width)``."""
-    from trainer.data.features import FeatureFetcher
-    from trainer.data.loader import NodeLoader, rank_seeds
-    from trainer.loop import num_classes
-    from trainer.sampling.dist_sampler import DistNeighborSampler
-    from trainer.sampling.partition import LocalPart
-    from trainer.sampling.service import LocalTransport, PartServer
+    from graphprep.trainer.data.features import FeatureFetcher
+    from graphprep.trainer.data.loader import NodeLoader, rank_seeds
+    from graphprep.trainer.loop import num_classes
+    from graphprep.trainer.sampling.dist_sampler import DistNeighborSampler
+    from graphprep.trainer.sampling.partition import LocalPart
+    from graphprep.trainer.sampling.service import LocalTransport, PartServer
 
     part = LocalPart.load(graph_json, 0)
     server = PartServer(part)
@@ -181,7 +181,7 @@ def timing(graph_json: str, fanouts: list[int], batch_size: int, repeats: int, d
     """Median forward+backward epoch time of ours and of the PyG stack on the same batches."""
     import torch
 
-    from trainer.models.gat import GAT
+    from graphprep.trainer.models.gat import GAT
     batches, classes, width = sampled_batches(graph_json, fanouts, batch_size)
     torch.manual_seed(0)
     ours = GAT({"_N": width}, hidden, classes, [("_N", "_E", "_N")], len(fanouts), heads)

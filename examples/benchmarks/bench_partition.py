@@ -56,11 +56,11 @@ from common import (add_graph_options, fresh_cluster, graph_spec, parse_args,  #
 
 import psutil  # noqa: E402
 
-from pipeline.api import balance_constraints  # noqa: E402
-from pipeline.partition import PartitionOptions, run_partition  # noqa: E402
-from pipeline.estimate import kaminpar_peak_bytes  # noqa: E402
-from pipeline.partition.auto import choose  # noqa: E402
-from pipeline.synth_job import run_synth  # noqa: E402
+from graphprep.pipeline.api import balance_constraints  # noqa: E402
+from graphprep.pipeline.partition import PartitionOptions, run_partition  # noqa: E402
+from graphprep.pipeline.estimate import kaminpar_peak_bytes  # noqa: E402
+from graphprep.pipeline.partition.auto import choose  # noqa: E402
+from graphprep.pipeline.synth_job import run_synth  # noqa: E402
 
 # The baselines' shared start: the input edge rows of every Parquet chunk into one process.
 READ = """
@@ -97,10 +97,10 @@ KAMINPAR = READ + """
 in_degree = np.bincount(dst, minlength=n)     # every input edge row, as the statistics count
 """ + CSR + """
 import kaminpar
-from formats import load_chunked_graph
-from pipeline.partition.weights import combined_weight
-from pipeline.partition.metis_method import edge_cut
-from pipeline.partition.parhip import write_parhip
+from graphprep.formats import load_chunked_graph
+from graphprep.pipeline.partition.weights import combined_weight
+from graphprep.pipeline.partition.metis_method import edge_cut
+from graphprep.pipeline.partition.parhip import write_parhip
 csr_s = time.perf_counter() - t
 weight = combined_weight(np.stack([np.ones(n, dtype=np.int64), in_degree], axis=1))
 write_parhip({scratch!r}, xadj, col, weight, 8 if kaminpar.__64bit__ else 4)

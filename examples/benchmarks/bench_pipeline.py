@@ -24,10 +24,10 @@ from common import (PeriodicSampler, add_graph_options, fresh_cluster,  # noqa: 
                     graph_spec, parse_args, run_baseline, sampled_peaks_mb,
                     start_memory_sampler, timer, worker_peak_rss_mb)
 
-from dispatch.job import run_dispatch  # noqa: E402
-from dispatch.verify import run_verify  # noqa: E402
-from pipeline.partition import PartitionOptions, run_partition  # noqa: E402
-from pipeline.synth_job import run_synth  # noqa: E402
+from graphprep.dispatch.job import run_dispatch  # noqa: E402
+from graphprep.dispatch.verify import run_verify  # noqa: E402
+from graphprep.pipeline.partition import PartitionOptions, run_partition  # noqa: E402
+from graphprep.pipeline.synth_job import run_synth  # noqa: E402
 
 IN_MEMORY = """
 import glob, os, time, numpy as np, pyarrow.parquet as pq

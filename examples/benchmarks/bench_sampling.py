@@ -30,9 +30,9 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from common import parse_args, partitioned_synth  # noqa: E402
 
-from trainer.sampling.dist_sampler import DistNeighborSampler  # noqa: E402
-from trainer.sampling.partition import LocalPart  # noqa: E402
-from trainer.sampling.service import LocalTransport, PartServer  # noqa: E402
+from graphprep.trainer.sampling.dist_sampler import DistNeighborSampler  # noqa: E402
+from graphprep.trainer.sampling.partition import LocalPart  # noqa: E402
+from graphprep.trainer.sampling.service import LocalTransport, PartServer  # noqa: E402
 
 
 def graphprep_rate(graph_json, fanouts, batch, batches, device, compare_unique=False):

@@ -4,7 +4,7 @@ A graph whose nodes carry multi-hot features (bag-of-words: thousands of columns
 set) goes through what a user runs, twice: the node table declares the feature ``sparse:``
 (CSR from the table to the model's first layer) or as a dense ``features:`` list column (the
 baseline: what every step did before sparse fields existed). Each run: ``prep chunk CONFIG``
--> ``prep partition -p 2`` -> ``prep dispatch`` -> ``python -m trainer --task link`` (2
+-> ``prep partition -p 2`` -> ``prep dispatch`` -> ``python -m graphprep.trainer --task link`` (2
 ranks, one per part). Reported per representation: bytes of the chunked graph and the parts,
 the epoch's time and its forward/backward share, RPC bytes, test AUC, and the ratios.
 
@@ -106,7 +106,7 @@ def write_tables(folder: str, graph, dense: bool) -> str:
 
 def prep(*args) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args), "--no-progress"],
+    subprocess.run([sys.executable, "-m", "graphprep.pipeline.cli", *map(str, args), "--no-progress"],
                    cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     return round(time.perf_counter() - start, 2)
 
@@ -130,7 +130,7 @@ def run(workdir: str, graph, dense: bool, args) -> dict:
     out["parts_mb"] = round(folder_bytes(os.path.join(base, "d")) / 1e6, 1)
     metrics = os.path.join(base, "metrics.json")
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "trainer", "--graph",
+    subprocess.run([sys.executable, "-m", "graphprep.trainer", "--graph",
                     os.path.join(base, "d", "graph.json"), "--task", "link", "--epochs",
                     str(args.epochs), "--fanouts", args.fanouts, "--batch-size",
                     str(args.batch_size), "--hidden", str(args.hidden), "--seed", "0",

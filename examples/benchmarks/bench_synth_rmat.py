@@ -27,10 +27,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from common import fresh_cluster, parse_args, timer, worker_peak_rss_mb  # noqa: E402
 
-from formats import EdgeType, load_chunked_graph, read_array_chunk, read_edge_chunk  # noqa: E402
-from pipeline.rmat import expected_isolated_fraction  # noqa: E402
-from pipeline.synth import SynthSpec, generate_edges, make_spec  # noqa: E402
-from pipeline.synth_job import run_synth  # noqa: E402
+from graphprep.formats import EdgeType, load_chunked_graph, read_array_chunk, read_edge_chunk  # noqa: E402
+from graphprep.pipeline.rmat import expected_isolated_fraction  # noqa: E402
+from graphprep.pipeline.synth import SynthSpec, generate_edges, make_spec  # noqa: E402
+from graphprep.pipeline.synth_job import run_synth  # noqa: E402
 
 
 def synth_run(spec: SynthSpec, out: str) -> dict:

@@ -1,7 +1,7 @@
 """Distributed training benchmark; prints one JSON object.
 
 GraphSAGE node classification on a synth graph (10^7 edges by default; 5% of nodes train) with
-``python -m trainer``: 1 part / 1 rank (no remote sampling, the baseline) against 2 parts /
+``python -m graphprep.trainer``: 1 part / 1 rank (no remote sampling, the baseline) against 2 parts /
 2 ranks (RPC sampling and feature fetch, DDP; with the default 64 MB halo feature cache and
 without it), in the same run. Reports mean epoch time (first
 epoch excluded), accuracy, the per-rank time breakdown and RPC traffic per epoch.
@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def train(graph_json: str, workdir: str, args, *extra: str) -> dict:
     name = os.path.basename(os.path.dirname(graph_json)) + "".join(extra).replace("-", "")
     metrics = os.path.join(workdir, f"train-{name}.json")
-    cmd = [sys.executable, "-m", "trainer", "--graph", graph_json, "--no-progress",
+    cmd = [sys.executable, "-m", "graphprep.trainer", "--graph", graph_json, "--no-progress",
            "--epochs", str(args.epochs), "--fanouts", args.fanouts, "--batch-size",
            str(args.batch_size), "--metrics-out", metrics,
            "--checkpoint-dir", os.path.join(workdir, f"ckpt-{name}"), "--device", args.device,

@@ -4,15 +4,17 @@ measured job's own), timing, and peak RSS of a baseline run in a fresh subproces
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import subprocess
 import sys
 import threading
 import time
 from contextlib import contextmanager
 
-from formats.memory import status_counters
-from pipeline.cluster import ClusterOptions, peak_rss_bytes
+from graphprep.formats.memory import status_counters
+from graphprep.pipeline.cluster import ClusterOptions, peak_rss_bytes
 
 MB = 1 << 20
 
@@ -37,6 +39,24 @@ def parse_args(ap: argparse.ArgumentParser, quick: dict) -> argparse.Namespace:
     return ap.parse_args()
 
 
+def importable_tree(tree: str, workdir: str) -> tuple[str, str]:
+    """``(PYTHONPATH entry, trainer module)`` that run the trainer of the source tree ``tree``
+    (another commit's checkout, say) rather than the installed one. A tree of the one
+    ``graphprep`` namespace gets a folder under ``workdir`` whose ``graphprep/`` links to the
+    tree's top-level folders; an older tree had them as top-level packages itself."""
+    with open(os.path.join(tree, "pyproject.toml")) as f:
+        if '"graphprep.trainer"' not in f.read():
+            return tree, "trainer"
+    digest = hashlib.sha1(os.path.abspath(tree).encode()).hexdigest()[:12]
+    root = os.path.join(workdir, f"import-root-{digest}")
+    os.makedirs(os.path.join(root, "graphprep"), exist_ok=True)
+    for name in ("formats", "pipeline", "dispatch", "trainer"):
+        link = os.path.join(root, "graphprep", name)
+        if not os.path.lexists(link):
+            os.symlink(os.path.abspath(os.path.join(tree, name)), link)
+    return root, "graphprep.trainer"
+
+
 @contextmanager
 def fresh_cluster(workers: int = 2):
     """Yields ``(ClusterOptions pointing at it, client)``; workers are new processes, sampled
@@ -45,7 +65,7 @@ def fresh_cluster(workers: int = 2):
     import dask
     from distributed import Client
 
-    from pipeline.cluster import AUTO_RECYCLE_MB, RECYCLE_MB_KEY, local_cluster
+    from graphprep.pipeline.cluster import AUTO_RECYCLE_MB, RECYCLE_MB_KEY, local_cluster
 
     # The step connects by address, where --recycle-mb's "auto" means never: this cluster is
     # this process's own, like the embedded one, so it gets the embedded default (a
@@ -111,7 +131,7 @@ class WorkerMemorySampler(PeriodicSampler):
     ``interval_s``: per process the peak *anonymous* memory (``RssAnon``: heap, numpy
     arrays), the peak file-backed resident pages (``RssFile + RssShmem``: memory-mapped
     files, which the kernel can drop and reread, and shared libraries) and ``VmHWM``. From
-    outside, so that a worker restarted between passes (``pipeline.recycle``) keeps its
+    outside, so that a worker restarted between passes (``graphprep.pipeline.recycle``) keeps its
     figures and its successor is found (the process list is refreshed every ``refresh_s``
     and whenever a process has gone)."""
 
@@ -196,7 +216,7 @@ def timer():
 
 def run_baseline(code: str) -> dict:
     """Run ``code`` in a fresh Python; it must print a JSON dict. Adds its peak RSS (MB)."""
-    wrapper = code + "\nimport json as _j\nfrom pipeline.cluster import peak_rss_bytes\n" \
+    wrapper = code + "\nimport json as _j\nfrom graphprep.pipeline.cluster import peak_rss_bytes\n" \
         "print(_j.dumps({**RESULT, 'peak_rss_mb': peak_rss_bytes() / 2**20}))"
     out = subprocess.run([sys.executable, "-c", wrapper], check=True, capture_output=True,
                          text=True).stdout
@@ -212,10 +232,10 @@ def partitioned_synth(workdir: str, edges: int, parts: tuple[int, ...], feat_dim
     import dataclasses
     import os
 
-    from dispatch.job import run_dispatch
-    from pipeline.partition import PartitionOptions, run_partition
-    from pipeline.synth import SynthSpec
-    from pipeline.synth_job import run_synth
+    from graphprep.dispatch.job import run_dispatch
+    from graphprep.pipeline.partition import PartitionOptions, run_partition
+    from graphprep.pipeline.synth import SynthSpec
+    from graphprep.pipeline.synth_job import run_synth
 
     if spec is None:
         spec = SynthSpec(num_nodes=edges // 10, num_edges=edges, feat_dim=feat_dim)
@@ -252,7 +272,7 @@ def graph_spec(args, edges: int, feat_dim: int, scale: int | None = None):
     ``scale`` overrides the derived R-MAT scale."""
     import math
 
-    from pipeline.synth import SynthSpec
+    from graphprep.pipeline.synth import SynthSpec
 
     if args.graph == "rmat":
         if scale is None:

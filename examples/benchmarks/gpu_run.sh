@@ -22,15 +22,18 @@ PY=${PYTHON:-python3}
 SAMPLING_EDGES=${1:-10000000}
 TRAIN_EDGES=${2:-1000000}
 export PYTHONUNBUFFERED=1
+# graphprep's one import package over this tree's folders, without installing it
+mkdir -p /tmp/gp-root/graphprep
+for p in formats pipeline dispatch trainer; do ln -sfn "$PWD/$p" "/tmp/gp-root/graphprep/$p"; done
 if ! "$PY" -c "import dask, distributed, pymetis" 2>/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
+  export PYTHONPATH=/tmp/site:/tmp/gp-root:$PWD
 else
-  export PYTHONPATH=$PWD
+  export PYTHONPATH=/tmp/gp-root:$PWD
 fi
-export PATH="$(dirname "$PY"):$PATH"   # bench_*.py start `python -m trainer` with sys.executable
-PREP=("$PY" -m pipeline.cli)
+export PATH="$(dirname "$PY"):$PATH"   # bench_*.py start `python -m graphprep.trainer` with sys.executable
+PREP=("$PY" -m graphprep.pipeline.cli)
 step() { tar -czf "$OUT/gpu_logs.tar.gz" -C "$L" . 2>/dev/null; echo "== $1 ($(date +%T))"; }
 
 step "environment"
@@ -58,7 +61,7 @@ W=$(mktemp -d)
 "${PREP[@]}" dispatch "$W/cora" "$W/a1" "$W/d1" --no-progress >/dev/null
 for run in "d2 cuda cuda" "d1 cuda cuda" "d2 cpu cpu"; do
   set -- $run
-  timeout 150 "$PY" -m trainer --graph "$W/$1/graph.json" --fanouts 10,10 --batch-size 32 \
+  timeout 150 "$PY" -m graphprep.trainer --graph "$W/$1/graph.json" --fanouts 10,10 --batch-size 32 \
     --lr 0.01 --epochs 12 --device "$2" --placement "$3" ${CORA_EXTRA:-} --no-progress \
     --checkpoint-dir "$W/ckpt-$1-$2" --metrics-out "$L/cora-$1-$2.json" \
     > "$L/cora-$1-$2.log" 2>&1

@@ -27,8 +27,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from pipeline.partition.multilevel import coarsen, layout  # noqa: E402
-from pipeline.partition.multilevel.layout import Level, write_csr  # noqa: E402
+from graphprep.pipeline.partition.multilevel import coarsen, layout  # noqa: E402
+from graphprep.pipeline.partition.multilevel.layout import Level, write_csr  # noqa: E402
 
 
 def build(folder: str, nodes: int, rows: int, hub: int, seed: int) -> coarsen.RoundTask:

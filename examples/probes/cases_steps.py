@@ -21,9 +21,9 @@ sys.path.insert(0, str(HERE.parent.parent))         # the project, for its chunk
 
 def tiny_graph(folder: Path, name: str = "G", nodes: int = 600, edges: int = 3000) -> Path:
     """A planted synth graph at ``folder/name`` written in this process (one chunk)."""
-    from formats.output import write_json
-    from formats.schema import METADATA
-    from pipeline.synth import SynthSpec, plan, write_synth_chunk
+    from graphprep.formats.output import write_json
+    from graphprep.formats.schema import METADATA
+    from graphprep.pipeline.synth import SynthSpec, plan, write_synth_chunk
 
     out = folder / name
     edge_tasks, node_tasks, graph = plan(SynthSpec(nodes, edges), str(out), 1 << 20)
@@ -37,7 +37,7 @@ def sparse_graph(folder: Path, damaged: bool = True) -> Path:
     """``tiny_graph`` plus a sparse node field 'words' (width 500); its chunk cut short."""
     import numpy as np
 
-    from formats.sparse import CsrRows, write_csr_parquet
+    from graphprep.formats.sparse import CsrRows, write_csr_parquet
     out = tiny_graph(folder)
     rng = np.random.default_rng(0)
     dense = (rng.random((600, 500)) < 0.02).astype(np.float32)

@@ -1,4 +1,4 @@
-"""Misuse cases of ``python -m trainer``: a new user's own model (a file, a factory, its
+"""Misuse cases of ``python -m graphprep.trainer``: a new user's own model (a file, a factory, its
 arguments, its output), the checkpoint folder and the metrics file, and options.
 
 A tiny graph (600 nodes, 2 parts) is prepared once per probe run, and a 1-epoch checkpoint of
@@ -68,7 +68,7 @@ def checkpoint(folder: Path) -> Path:
     g = graph(folder)
 
     def make(tmp: Path) -> None:
-        subprocess.run([sys.executable, "-m", "trainer", "--graph", g, *FAST,
+        subprocess.run([sys.executable, "-m", "graphprep.trainer", "--graph", g, *FAST,
                         "--checkpoint-dir", str(tmp / "ck")], check=True, capture_output=True,
                        cwd=tmp)
     shared = _once(_shared(folder) / "trained", make)
@@ -118,8 +118,8 @@ CASES: list[Case] = [
          lambda f: (model_file(f, MLP), train(f, "--model", "mine.py"))[1],
          names=("mine.py", "path/to/model.py:FACTORY")),
     Case("import-path-without-factory-name",
-         lambda f: train(f, "--model", "trainer.examples.pyg_gcn"),
-         names=("trainer.examples.pyg_gcn", "PKG.MODULE:FACTORY")),
+         lambda f: train(f, "--model", "graphprep.trainer.examples.pyg_gcn"),
+         names=("graphprep.trainer.examples.pyg_gcn", "PKG.MODULE:FACTORY")),
     Case("factory-needs-an-argument-not-given",
          with_model(MLP + "\n\ndef build(spec, layers):\n    return MLP(spec)\n"),
          names=("TypeError", "layers", "mine.py:build")),
@@ -159,27 +159,27 @@ CASES: list[Case] = [
          names=("no parameters to train", "mine.py:build")),
     Case("repository-example-path-outside-the-repository",
          lambda f: train(f, "--model", "examples.models.pyg_gcn:build"),
-         names=("does not import", "trainer.examples.pyg_gcn")),
+         names=("does not import", "graphprep.trainer.examples.pyg_gcn")),
 
     # --- the factory's arguments -----------------------------------------------------------
     Case("model-args-as-key-equals-value",
-         lambda f: train(f, "--model", "trainer.examples.pyg_gat:build", "--model-args",
+         lambda f: train(f, "--model", "graphprep.trainer.examples.pyg_gat:build", "--model-args",
                          "heads=8"),
          names=("--model-args", "heads=8", "not JSON")),
     Case("model-args-a-bare-number",
-         lambda f: train(f, "--model", "trainer.examples.pyg_gat:build", "--model-args", "8"),
+         lambda f: train(f, "--model", "graphprep.trainer.examples.pyg_gat:build", "--model-args", "8"),
          names=("--model-args", "JSON object")),
     Case("model-args-the-example-does-not-take",
-         lambda f: train(f, "--model", "trainer.examples.pyg_gcn:build", "--model-args",
+         lambda f: train(f, "--model", "graphprep.trainer.examples.pyg_gcn:build", "--model-args",
                          '{"layers": 3}'),
-         names=("trainer.examples.pyg_gcn:build", "TypeError", "layers")),
+         names=("graphprep.trainer.examples.pyg_gcn:build", "TypeError", "layers")),
     Case("builtin-sage-given-model-args",
          lambda f: train(f, "--model", "sage", "--model-args", '{"heads": 8}'),
          names=("--model sage", "heads")),
 
     # --- the checkpoint folder and the metrics file ----------------------------------------
     Case("another-model-in-a-used-checkpoint-dir",
-         lambda f: (checkpoint(f), train(f, "--model", "trainer.examples.pyg_gcn:build"))[1],
+         lambda f: (checkpoint(f), train(f, "--model", "graphprep.trainer.examples.pyg_gcn:build"))[1],
          names=("holds another run's checkpoint", "--model: checkpoint 'sage'", "--overwrite",
                 "ck")),
     Case("other-hidden-in-a-used-checkpoint-dir",

@@ -34,7 +34,7 @@ class Case:
 
 def command(argv: Sequence[str]) -> list[str]:
     """``prep`` -> this venv's prep script; ``trainer`` -> ``python -m graphprep.trainer`` where
-    that package exists, else ``python -m trainer``."""
+    that package exists, else ``python -m graphprep.trainer``."""
     head, *rest = argv
     if head == "prep":
         return [str(BIN / "prep"), *map(str, rest)]

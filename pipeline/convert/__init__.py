@@ -7,10 +7,10 @@ import logging
 import os
 import shutil
 
-from formats import FormatError
-from formats.output import AtomicOutput, fingerprint, make_manifest
+from graphprep.formats import FormatError
+from graphprep.formats.output import AtomicOutput, fingerprint, make_manifest
 from ..cluster import ClusterOptions, TaskRunner, dask_client
-from formats.guard import guarded_output
+from graphprep.formats.guard import guarded_output
 from ..step import finish_chunked, up_to_date
 from .options import ChunkOptions
 from .writer import Transforms, convert_source

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import ChunkFiles, EdgeType, read_edge_chunk
-from formats.output import save_npy, write_edge_chunk
+from graphprep.formats import ChunkFiles, EdgeType, read_edge_chunk
+from graphprep.formats.output import save_npy, write_edge_chunk
 from ..arrayops import unique_ints
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)

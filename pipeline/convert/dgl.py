@@ -11,7 +11,7 @@ import logging
 
 import numpy as np
 
-from formats import load_chunked_graph, validate_chunked_graph
+from graphprep.formats import load_chunked_graph, validate_chunked_graph
 from .sources import ChunkedArray, ChunkFileEdges, EdgeSource, SourceGraph
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,9 @@ import lzma
 import os
 import zlib
 
-from formats import ChunkFiles, EdgeType, FormatError
-from formats.arrays import _parquet_file
-from formats.storage import open_file
+from graphprep.formats import ChunkFiles, EdgeType, FormatError
+from graphprep.formats.arrays import _parquet_file
+from graphprep.formats.storage import open_file
 from ..tables.parts import COMPRESSED, byte_ranges, row_group_runs, strip_compression
 from .options import ChunkOptions
 from .sources import (ArraySource, ChunkedArray, CsvArray, CsvColumns, CsvRange, CsvStream,
@@ -172,7 +172,7 @@ def edge_type_entries(root: str) -> list[tuple[EdgeType, str]]:
 
 def keyed_source(path: str, folder: bool, opts: ChunkOptions, out: str, staging: str,
                  runner) -> SourceGraph | None:
-    """The edge list mapped from keys (``pipeline.convert.keyed``) when its endpoints hold
+    """The edge list mapped from keys (``graphprep.pipeline.convert.keyed``) when its endpoints hold
     strings or ``--map-keys`` is given; None for plain integer IDs."""
     from . import keyed
 

@@ -5,7 +5,7 @@ CSV endpoints are read as text; a column of numbers is parsed into int64 keys by
 ``keys.hashing.parse_integer_keys``, so that a 2^63, a 1.0 or an "abc" among integers is
 refused by its row and value, never read as a double or as a string key.
 
-The keys are mapped out of core (``pipeline.keys``) before the edges are written; the maps
+The keys are mapped out of core (``graphprep.pipeline.keys``) before the edges are written; the maps
 go beside the graph (``keys/<ntype>/``, FORMATS.md "Keys"). A task holds one part of the
 input, or one bucket of keys (about a chunk).
 """
@@ -19,7 +19,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from formats import EdgeType, FormatError
+from graphprep.formats import EdgeType, FormatError
 from ..keys.hashing import parse_integer_keys
 from ..keys.job import EdgeTable
 from ..tables.parts import (CsvTableRange, CsvTableStream, TableFormat, csv_format, is_parquet,
@@ -140,7 +140,7 @@ def _no_rows(path: str, opts: ChunkOptions) -> bool:
         return True
     if not columns.header:
         return False
-    from formats.storage import open_file
+    from graphprep.formats.storage import open_file
     with open_file(path, compression="infer") as f:
         f.readline()
         for line in iter(f.readline, b""):      # blank lines are no rows (pyarrow skips them)

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from formats import EdgeType, FormatError
+from graphprep.formats import EdgeType, FormatError
 from .sources import CsvArray, CsvColumns, CsvStream, EdgeSource, MaskFromIds, SourceGraph
 
 SPLITS = {"train": "train_mask", "valid": "val_mask", "test": "test_mask"}

@@ -15,7 +15,7 @@ import warnings
 
 import numpy as np
 
-from formats import EdgeType, FormatError
+from graphprep.formats import EdgeType, FormatError
 from ..arrayops import unique_ints
 from .arrays_in import edge_index_parts, stage
 from .sources import EdgeSource, SourceGraph

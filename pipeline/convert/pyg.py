@@ -19,8 +19,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from formats import EdgeType, FormatError
-from formats.sparse import CsrRows, index_dtype
+from graphprep.formats import EdgeType, FormatError
+from graphprep.formats.sparse import CsrRows, index_dtype
 from .arrays_in import edge_index_parts, split_edge_index, stage
 from .sources import EdgeSource, SourceGraph
 

@@ -3,7 +3,7 @@
 A converter turns its input into a :class:`SourceGraph`: per edge type a list of
 :class:`EdgePart` (each yields blocks of edges, holding one block), per node type a set of
 :class:`ArraySource` (random access by row range, or a stream of blocks). The generic writer
-(``pipeline.convert.writer``) turns any ``SourceGraph`` into the chunked format.
+(``graphprep.pipeline.convert.writer``) turns any ``SourceGraph`` into the chunked format.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError
-from formats.arrays import (_as_int64, _int_column, _parquet_file, array_info,
+from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError
+from graphprep.formats.arrays import (_as_int64, _int_column, _parquet_file, array_info,
                             read_array_chunk, read_edge_chunk, table_to_array)
-from formats.schema import METADATA
-from formats.sparse import CSR, CsrRows, as_rows, concat_rows, read_scipy_npz
-from formats.storage import open_file
-from formats.validate import FieldSpec, check_finite
+from graphprep.formats.schema import METADATA
+from graphprep.formats.sparse import CSR, CsrRows, as_rows, concat_rows, read_scipy_npz
+from graphprep.formats.storage import open_file
+from graphprep.formats.validate import FieldSpec, check_finite
 
 log = logging.getLogger(__name__)
 
@@ -433,7 +433,7 @@ class ChunkedArray(ArraySource):
     @classmethod
     def of(cls, graph, files: ChunkFiles) -> "ChunkedArray":
         """A field of a chunked graph (rows per file read from the files' headers)."""
-        from formats.arrays import array_info
+        from graphprep.formats.arrays import array_info
         rows = tuple(array_info(graph.path(f), files).rows for f in files.files)
         return cls(graph.root, graph.root, files, rows)
 
@@ -449,7 +449,7 @@ class ChunkedArray(ArraySource):
              check: Callable[[str, np.ndarray, int], None] | None = None) -> np.ndarray:
         """Rows ``[start, stop)``. ``check(path, rows, first row in that file)`` sees each file's
         piece before the pieces are joined (so an error can name the file and its row)."""
-        from formats.storage import join
+        from graphprep.formats.storage import join
         bounds = np.concatenate([[0], np.cumsum(self.rows_per_file)])
         parts = []
         for i, rel in enumerate(self.files.files):
@@ -747,9 +747,9 @@ class SourceGraph:
     edges: tuple[EdgeSource, ...]
     node_data: dict[str, dict[str, ArraySource]] = field(default_factory=dict)
     inputs: tuple[str, ...] = ()      # paths fingerprinted into the manifest
-    keys: dict = field(default_factory=dict)   # node type -> formats.KeyMap (keyed inputs)
+    keys: dict = field(default_factory=dict)   # node type -> graphprep.formats.KeyMap (keyed inputs)
     vocab: dict = field(default_factory=dict)  # owner -> field -> vocabulary file (relative)
-    # How keys and directions were made, for the graph's record (formats.ChunkRecord):
+    # How keys and directions were made, for the graph's record (graphprep.formats.ChunkRecord):
     reverse: dict = field(default_factory=dict)        # EdgeType -> its reversed edges' type
     dangling: str | None = None                        # keyed inputs: the --dangling mode
     added_nodes: dict = field(default_factory=dict)    # ntype -> keys added as nodes

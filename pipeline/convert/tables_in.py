@@ -3,8 +3,8 @@ a keyed edge list) -> a :class:`SourceGraph` of IDs with node and edge data.
 
 Steps, each a Dask job over parts (about a chunk of rows each) or key buckets:
 
-1. keys mapped out of core (``pipeline.keys``): IDs, maps under ``OUT/keys/``, edges as IDs;
-2. vocabularies of categorical and label columns (``pipeline.tables.columns``), saved under
+1. keys mapped out of core (``graphprep.pipeline.keys``): IDs, maps under ``OUT/keys/``, edges as IDs;
+2. vocabularies of categorical and label columns (``graphprep.pipeline.tables.columns``), saved under
    ``OUT/vocab/<type>/<field>.parquet``;
 3. each part's fields encoded as ``.npy`` in the staging folder, read by the generic writer.
 """
@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from formats import ChunkFiles, EdgeType, FormatError
-from formats.output import save_npy, write_array_chunk, writing
-from formats.sparse import CsrRows
+from graphprep.formats import ChunkFiles, EdgeType, FormatError
+from graphprep.formats.output import save_npy, write_array_chunk, writing
+from graphprep.formats.sparse import CsrRows
 from ..keys.job import EdgeTable, MappedKeys, NodeTable, map_keys
 from ..split_edges import SplitSpec as EdgeSplit
 from ..tables.columns import (EncodeTask, VocabTask, encode_part, field_file, merge_vocabularies,

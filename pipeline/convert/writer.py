@@ -7,7 +7,7 @@ Tasks and what each holds in memory:
 - edges: one task per input part (a CSV byte range, Parquet row groups, an array slice, one
   DGL chunk), holding one block plus one output chunk; it checks IDs, drops self-loops and adds
   reverse edges on the way (a type's reversed edges follow its own, in the same order);
-- dedupe (optional): a bucket shuffle (``pipeline.convert.dedupe``), one bucket per task.
+- dedupe (optional): a bucket shuffle (``graphprep.pipeline.convert.dedupe``), one bucket per task.
 
 The client holds only metadata and per-part counts.
 """
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError, even_chunks
-from formats.schema import ChunkRecord
-from formats.output import write_array_chunk, write_edge_chunk
-from formats.validate import check_ids
-from formats.sparse import as_rows, concat_rows
+from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError, even_chunks
+from graphprep.formats.schema import ChunkRecord
+from graphprep.formats.output import write_array_chunk, write_edge_chunk
+from graphprep.formats.validate import check_ids
+from graphprep.formats.sparse import as_rows, concat_rows
 from .sources import ArraySource, EdgePart, SourceGraph
 
 log = logging.getLogger(__name__)
@@ -228,7 +228,7 @@ def convert_source(source: SourceGraph, out: str, chunk_size: int, transforms: T
                    runner) -> ChunkedGraph:
     """Write ``source`` into the (temporary) folder ``out``; returns the graph's metadata.
 
-    ``runner(fn, items, desc)`` runs tasks (a :class:`pipeline.cluster.TaskRunner`).
+    ``runner(fn, items, desc)`` runs tasks (a :class:`graphprep.pipeline.cluster.TaskRunner`).
     """
     num_nodes, node_chunks, node_data = _write_node_data(source, out, chunk_size, runner)
     reverse = reverse_types(source, transforms)
@@ -348,7 +348,7 @@ def _write_node_data(source: SourceGraph, out: str, chunk_size: int, runner):
                               file=src.path, field=f"{t}/{name}")
         num_nodes[t] = total
         node_chunks[t] = tuple(sizes)
-        dim = src.csr_dim     # sparse rows stay sparse: CSR chunks, formats.sparse
+        dim = src.csr_dim     # sparse rows stay sparse: CSR chunks, graphprep.formats.sparse
         node_data.setdefault(t, {})[name] = ChunkFiles(
             "csr" if dim else "numpy", tuple(data_path("node_data", t, name, i, bool(dim))
                                              for i in range(len(sizes))), dim=dim)

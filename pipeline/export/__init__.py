@@ -4,7 +4,7 @@ graph (§1), one task per chunk file. The exporters import torch (and DGL) insid
 only: ``prep`` itself never imports them.
 
 Before ``pyg``/``dgl`` write anything, every part gets the trainer's check
-(:func:`formats.part_checks.check_part`: sizes, structure, sampled hashes), one task per part:
+(:func:`graphprep.formats.part_checks.check_part`: sizes, structure, sampled hashes), one task per part:
 the exporters index per-ID arrays with the parts' IDs, so a damaged part must stop the export
 with a FormatError naming its file (exit 2), not an IndexError in a task or a wrong output."""
 
@@ -13,15 +13,15 @@ from __future__ import annotations
 import logging
 import os
 
-from formats import ChunkedGraph, FormatError, load_chunked_graph
-from formats.output import (MANIFEST, AtomicOutput, fingerprint, link_files, make_manifest,
+from graphprep.formats import ChunkedGraph, FormatError, load_chunked_graph
+from graphprep.formats.output import (MANIFEST, AtomicOutput, fingerprint, link_files, make_manifest,
                             write_json)
-from formats.partitioned import GRAPH_JSON, load_partitioned
-from formats.schema import METADATA
-from formats.storage import is_url
-from pipeline.cluster import ClusterOptions, TaskRunner, dask_client
-from formats.guard import guarded_output
-from pipeline.step import up_to_date
+from graphprep.formats.partitioned import GRAPH_JSON, load_partitioned
+from graphprep.formats.schema import METADATA
+from graphprep.formats.storage import is_url
+from graphprep.pipeline.cluster import ClusterOptions, TaskRunner, dask_client
+from graphprep.formats.guard import guarded_output
+from graphprep.pipeline.step import up_to_date
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def _carry_keys(graph, out: str) -> None:
 
 def _check_part(task) -> list[str]:
     """Task: the trainer's check of one part (FormatError naming the file); its warnings."""
-    from formats.part_checks import check_part
+    from graphprep.formats.part_checks import check_part
 
     graph, p = task
     return check_part(graph, p, verify_data=False).warnings

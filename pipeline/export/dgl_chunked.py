@@ -39,13 +39,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError, load_chunked_graph
-from formats.arrays import read_array_chunk, read_edge_chunk
-from formats.sparse import is_csr
-from formats.output import save_npy, write_json, writing
-from formats.schema import METADATA
-from formats.storage import is_url
-from formats.validate import check_ids
+from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError, load_chunked_graph
+from graphprep.formats.arrays import read_array_chunk, read_edge_chunk
+from graphprep.formats.sparse import is_csr
+from graphprep.formats.output import save_npy, write_json, writing
+from graphprep.formats.schema import METADATA
+from graphprep.formats.storage import is_url
+from graphprep.formats.validate import check_ids
 
 log = logging.getLogger(__name__)
 

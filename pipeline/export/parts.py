@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import EdgeType, FormatError
-from formats.partitioned import PartitionedGraph
-from formats.sparse import CSR, load_csr
-from pipeline.arrayops import unique_ints
+from graphprep.formats import EdgeType, FormatError
+from graphprep.formats.partitioned import PartitionedGraph
+from graphprep.formats.sparse import CSR, load_csr
+from graphprep.pipeline.arrayops import unique_ints
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import EdgeType
-from formats.partitioned import PartitionedGraph
+from graphprep.formats import EdgeType
+from graphprep.formats.partitioned import PartitionedGraph
 
 from .parts import PartView
 from .requires import import_in_task, require

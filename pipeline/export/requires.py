@@ -9,7 +9,7 @@ import importlib
 import importlib.util
 import sys
 
-from formats import FormatError
+from graphprep.formats import FormatError
 
 
 def importable(name: str) -> bool:

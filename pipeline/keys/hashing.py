@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from formats import FormatError
+from graphprep.formats import FormatError
 from ..arrayops import mix
 
 ROWS_PER_PASS = 1 << 16

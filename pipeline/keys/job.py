@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from formats import EdgeType, FormatError
-from formats.schema import KeyMap
+from graphprep.formats import EdgeType, FormatError
+from graphprep.formats.schema import KeyMap
 from ..tables.parts import TablePart
 from .numbering import BucketCount, BucketTask, FinishTask, PieceRef, count_bucket, \
     finish_bucket

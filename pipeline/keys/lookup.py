@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from formats import ChunkedGraph, FormatError
+from graphprep.formats import ChunkedGraph, FormatError
 from .hashing import bucket_of, key_hash, normalize_keys
 
 

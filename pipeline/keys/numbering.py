@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from formats import FormatError
-from formats.output import writing
+from graphprep.formats import FormatError
+from graphprep.formats.output import writing
 from .pieces import read_batch, write_batches
 
 SORT = [("hash", "ascending"), ("key", "ascending")]

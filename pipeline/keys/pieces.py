@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from formats import FormatError
-from formats.output import writing
+from graphprep.formats import FormatError
+from graphprep.formats.output import writing
 from ..tables.parts import TablePart
 from .hashing import bucket_of, is_text, key_hash, key_kind, normalize_keys
 

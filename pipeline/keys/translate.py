@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats.output import save_npy
+from graphprep.formats.output import save_npy
 from .pieces import read_batch
 
 

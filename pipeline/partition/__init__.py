@@ -1,6 +1,6 @@
 """``prep partition``: a chunked graph -> a partition assignment (DESIGN §2), with statistics.
 
-Methods are plug-ins (:class:`pipeline.partition.base.Partitioner`) registered in
+Methods are plug-ins (:class:`graphprep.pipeline.partition.base.Partitioner`) registered in
 ``PARTITIONERS``; a new method only implements ``assign``.
 """
 
@@ -12,11 +12,11 @@ import os
 
 import numpy as np
 
-from formats import load_chunked_graph
-from formats.assignment import AssignmentMeta, load_assignment, write_meta
-from formats.output import AtomicOutput, MANIFEST, fingerprint, make_manifest, write_json
+from graphprep.formats import load_chunked_graph
+from graphprep.formats.assignment import AssignmentMeta, load_assignment, write_meta
+from graphprep.formats.output import AtomicOutput, MANIFEST, fingerprint, make_manifest, write_json
 from ..cluster import ClusterOptions, TaskRunner, dask_client
-from formats.guard import OutputLock, guarded_output
+from graphprep.formats.guard import OutputLock, guarded_output
 from ..step import up_to_date
 from .auto import choose_for
 from .base import PartitionOptions, default_balance

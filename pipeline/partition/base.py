@@ -8,8 +8,8 @@ from typing import Protocol
 
 import numpy as np
 
-from formats import ChunkedGraph, FormatError
-from formats.schema import METADATA
+from graphprep.formats import ChunkedGraph, FormatError
+from graphprep.formats.schema import METADATA
 from ..convert.sources import open_field
 from .weights import counts_combined
 

@@ -40,7 +40,7 @@ import shutil
 
 import numpy as np
 
-from formats import ChunkedGraph
+from graphprep.formats import ChunkedGraph
 from ..export.requires import import_in_task, require
 from .base import PartitionOptions
 from .block_groups import group_blocks

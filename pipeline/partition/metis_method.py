@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import ChunkedGraph, FormatError, read_edge_chunk
-from formats.output import save_npy
-from formats.validate import read_checked_edges
+from graphprep.formats import ChunkedGraph, FormatError, read_edge_chunk
+from graphprep.formats.output import save_npy
+from graphprep.formats.validate import read_checked_edges
 from ..arrayops import unique_ints
 from ..convert.sources import open_field
 from .base import PartitionOptions, require_a_node_per_part

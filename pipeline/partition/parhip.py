@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from formats.output import writing
+from graphprep.formats.output import writing
 
 HEADER_BYTES = 24
 SLICE = 1 << 22            # adjacency entries converted and written at a time

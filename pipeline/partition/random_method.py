@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import ChunkedGraph, FormatError
-from formats.schema import METADATA
+from graphprep.formats import ChunkedGraph, FormatError
+from graphprep.formats.schema import METADATA
 from .base import PartitionOptions, create_assignment_files
 from .permutation import FeistelPermutation
 

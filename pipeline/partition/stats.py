@@ -16,10 +16,10 @@ import tempfile
 
 import numpy as np
 
-from formats import ChunkedGraph, ChunkFiles, EdgeType
-from formats.assignment import Assignment
-from formats.output import save_npy
-from formats.validate import read_checked_edges
+from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType
+from graphprep.formats.assignment import Assignment
+from graphprep.formats.output import save_npy
+from graphprep.formats.validate import read_checked_edges
 from ..arrayops import unique_ints
 from ..convert.sources import DataField, open_field
 from .weights import combined_constraints, constraint_keys

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from formats import FormatError
+from graphprep.formats import FormatError
 
 # A combined column's total stays below this, so that 32-bit weights (KaMinPar's, ParHIP's)
 # hold it and METIS's floating-point balance sums stay exact.

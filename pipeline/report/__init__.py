@@ -26,11 +26,11 @@ import html
 import json
 import os
 
-from formats.guard import check_output
-from formats.output import replacing_file
-from formats.partitioned import GRAPH_JSON, load_partitioned
-from formats.assignment import META as ASSIGNMENT_META
-from formats.schema import METADATA
+from graphprep.formats.guard import check_output
+from graphprep.formats.output import replacing_file
+from graphprep.formats.partitioned import GRAPH_JSON, load_partitioned
+from graphprep.formats.assignment import META as ASSIGNMENT_META
+from graphprep.formats.schema import METADATA
 
 from .. import inspect as inspect_mod
 from ..cluster import ClusterOptions, TaskRunner, dask_client
@@ -132,7 +132,7 @@ def input_root(path: str) -> str:
 
 
 def check_report_out(paths: list[str], out: str, overwrite: bool) -> None:
-    """Refuse ``out`` before any work (:func:`formats.guard.check_output`)."""
+    """Refuse ``out`` before any work (:func:`graphprep.formats.guard.check_output`)."""
     check_output(out, [input_root(p) for p in paths], flag="--out", folder=False,
                  ours=is_report, what="a report written by prep report", overwrite=overwrite)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats.partitioned import PartitionedGraph
+from graphprep.formats.partitioned import PartitionedGraph
 
 from ..export.parts import PartView
 

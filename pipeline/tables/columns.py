@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from formats import FormatError
-from formats.output import save_npy, write_array_chunk
-from formats.sparse import csr_from_lists, is_csr
+from graphprep.formats import FormatError
+from graphprep.formats.output import save_npy, write_array_chunk
+from graphprep.formats.sparse import csr_from_lists, is_csr
 from ..arrayops import mix
 from .config import SPLIT_NAMES, FieldSpec, SplitSpec
 from ..keys.pieces import read_part
@@ -125,7 +125,7 @@ class EncodeTask:
     first_row: int                       # the row, in its file, of the part's first row
     keep: str                            # edges: a .npy mask of the rows kept ("": all)
     target: str                          # prefix: <target>.<field>.npy
-    edge_split: object = None            # edges: a pipeline.split_edges.SplitSpec
+    edge_split: object = None            # edges: a graphprep.pipeline.split_edges.SplitSpec
     ids: str = ""                        # edges: prefix of the part's IDs (.src/.dst.npy)
     nan_policy: str = "error"            # NaN/inf in a feature: error names file, column, row
 

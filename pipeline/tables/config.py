@@ -3,7 +3,7 @@
 One validating loader (:func:`load_config`) turns the file into dataclasses; every mistake is
 a :class:`FormatError` naming the config file and the field (``nodes[1].label.column``).
 ``examples/tables/shop.yaml`` is a worked example; :data:`SCHEMA` declares every key, and
-``docs/tables-config.md`` is generated from it (``python -m pipeline.tables.reference``).
+``docs/tables-config.md`` is generated from it (``python -m graphprep.pipeline.tables.reference``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from formats import EdgeType, FormatError
-from formats.storage import is_url, read_text
+from graphprep.formats import EdgeType, FormatError
+from graphprep.formats.storage import is_url, read_text
 
 FIELD_KINDS = ("feature", "categorical", "label")
 SPLIT_NAMES = ("train", "val", "test")
@@ -64,7 +64,7 @@ _JSON = Key("json", "mapping (see `json`)", "the shape from the file",
             "How to read the table's JSON files.")
 
 # Every key the loader accepts is declared here: the loader refuses any other, and the
-# reference (docs/tables-config.md, `python -m pipeline.tables.reference`) is made from it.
+# reference (docs/tables-config.md, `python -m graphprep.pipeline.tables.reference`) is made from it.
 SCHEMA: dict[str, Section] = {s.title: s for s in (
     Section("top level", "(top level)", "The config file: YAML (.yaml/.yml) or JSON (.json).", (
         Key("name", "string", "the config file's name without extension", "The graph's name."),
@@ -182,7 +182,7 @@ class FieldSpec:
     one-hot), ``label`` (class names or integers -> class indices, the names saved),
     ``sparse`` (node tables: a list column of active indices, or a string column of them
     joined by ``separator``, optionally a column of their values in the same form -> sparse
-    float32 rows ``dim`` wide, kept sparse: :mod:`formats.sparse`; ``dim`` 0: the largest
+    float32 rows ``dim`` wide, kept sparse: :mod:`graphprep.formats.sparse`; ``dim`` 0: the largest
     index over all files + 1)."""
 
     name: str

@@ -24,9 +24,9 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from formats import FormatError
-from formats.arrays import _parquet_file
-from formats.storage import is_url, open_file, size
+from graphprep.formats import FormatError
+from graphprep.formats.arrays import _parquet_file
+from graphprep.formats.storage import is_url, open_file, size
 from ..convert.sources import (STREAM_BLOCK_BYTES, collect_rows, csv_parse_error,
                                is_decompress_error, read_line_range, truncated)
 

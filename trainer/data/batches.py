@@ -1,4 +1,4 @@
-"""Sampled blocks and fetched rows into the :class:`trainer.batch.Batch` a model receives.
+"""Sampled blocks and fetched rows into the :class:`graphprep.trainer.batch.Batch` a model receives.
 
 Every node type and edge type of the graph is present in every layer and dict (empty where a
 batch has none), so ``to_hetero`` models and per-type modules never miss a key. Building it

@@ -2,7 +2,7 @@
 with their owner parts, as DistDGL's ``DistEmbedding``.
 
 Each part's first rank holds an :class:`EmbeddingTable`: one row per owned node of every
-featureless type, registered as node data :data:`~trainer.data.features.EMBEDDING`, so any
+featureless type, registered as node data :data:`~graphprep.trainer.data.features.EMBEDDING`, so any
 rank reads them through the server's ``rows`` request like features. A training step
 (:class:`SparseEmbeddings`) pulls its batch's rows as leaf tensors with grad just before the
 forward, and after the backward pushes each touched row's gradient to its owner, one

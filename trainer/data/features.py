@@ -148,7 +148,7 @@ class FeatureFetcher:
     learnable embedding rows where the part registered them (:data:`EMBEDDING`), else a
     constant ``[1.0]`` per node; the ``extra_inputs`` columns (log-degree) are appended.
 
-    Learnable rows live on each part's first rank (:mod:`trainer.data.embeddings`):
+    Learnable rows live on each part's first rank (:mod:`graphprep.trainer.data.embeddings`):
     ``table_route`` reaches those ranks and says whether this rank is its part's (``None``: the
     ranks ``transport`` reaches hold them, one rank per part). ``defer_embeddings``: training
     batches get zeros in place of those rows, which the training step pulls just before its

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from formats import EdgeType
+from graphprep.formats import EdgeType
 
 from ..config import LINK_MASKS, masked_etypes
 from ..sampling.edge_keys import edge_keys
@@ -69,7 +69,7 @@ def without_held_out(part: LocalPart) -> LocalPart:
 def exclusion_keys(part: LocalPart, etype: EdgeType, src: torch.Tensor, dst: torch.Tensor
                    ) -> dict[str, torch.Tensor]:
     """The edges a batch of positives ``(src, dst)`` must not sample, as
-    :class:`trainer.sampling.service.SampleRequest` ``exclude`` keys: each positive in ``etype`` (both
+    :class:`graphprep.trainer.sampling.service.SampleRequest` ``exclude`` keys: each positive in ``etype`` (both
     directions when its ends are one node type) and reversed in every twin type. Keys name
     endpoint pairs, so duplicates of a positive are excluded too. Holds O(batch)."""
     if etype.src == etype.dst:          # an undirected pair: both directions everywhere

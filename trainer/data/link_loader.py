@@ -1,7 +1,7 @@
 """Batches of positive edges with their negatives, sampled around both ends (link prediction).
 
 A batch of ``B`` training edges gets ``B * neg_ratio`` uniform negatives
-(:func:`trainer.data.negatives.uniform_negatives`, global new IDs: no part needs the whole graph).
+(:func:`graphprep.trainer.data.negatives.uniform_negatives`, global new IDs: no part needs the whole graph).
 The seed nodes are the distinct ends of positives and negatives per node type; they are
 sampled like any nodes, in one multi-type :meth:`DistNeighborSampler.sample_blocks` call that
 excludes the batch's positives (and their twins) at the owners. Shuffling, prefetching and the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from formats import EdgeType
+from graphprep.formats import EdgeType
 
 from ..batch import Batch
 from ..sampling.dist_sampler import DistNeighborSampler, mix_seed

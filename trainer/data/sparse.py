@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from formats.sparse import CsrRows
+from graphprep.formats.sparse import CsrRows
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ class SparseRows:
     # --- conversions -------------------------------------------------------------------------
     @classmethod
     def from_csr(cls, rows: CsrRows) -> "SparseRows":
-        """Tensors over a :class:`formats.sparse.CsrRows`' arrays (shared, not copied: a
+        """Tensors over a :class:`graphprep.formats.sparse.CsrRows`' arrays (shared, not copied: a
         memory-mapped part field stays mapped)."""
         return cls(*(torch.from_numpy(np.asarray(a)) for a in (rows.indptr, rows.indices,
                                                                rows.values)), rows.dim)

@@ -1,6 +1,6 @@
 """GAT as a PyG user writes it, one GATConv per sampled layer of the batch:
 
-    python -m trainer --graph parts/graph.json --model trainer.examples.pyg_gat:build \
+    python -m graphprep.trainer --graph parts/graph.json --model graphprep.trainer.examples.pyg_gat:build \
         --model-args '{"heads": 8}'
 """
 import torch

@@ -1,6 +1,6 @@
 """PyG's GCN on the whole sampled subgraph; in_channels=-1: sized on the first batch.
 
-    python -m trainer --graph parts/graph.json --model trainer.examples.pyg_gcn:build
+    python -m graphprep.trainer --graph parts/graph.json --model graphprep.trainer.examples.pyg_gcn:build
 
 It takes dense inputs: on a sparse (CSR) feature the trainer densifies every batch for it
 (and warns once what that costs); see ``sparse_sage`` for a model that keeps them sparse.
@@ -18,4 +18,4 @@ class SubgraphGCN(torch.nn.Module):
         return self.gcn(batch.x, batch.edge_index)[:batch.batch_size]
 
 
-build = SubgraphGCN  # --model trainer.examples.pyg_gcn:build calls build(spec)
+build = SubgraphGCN  # --model graphprep.trainer.examples.pyg_gcn:build calls build(spec)

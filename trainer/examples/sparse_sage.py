@@ -1,12 +1,12 @@
 """GraphSAGE (PyG's ``SAGEConv`` per sampled layer) whose input layer takes a wide sparse
 feature (a bag of words, a multi-hot: CSR in graph.json) as it is:
 
-    python -m trainer --graph parts/graph.json --model trainer.examples.sparse_sage:build
+    python -m graphprep.trainer --graph parts/graph.json --model graphprep.trainer.examples.sparse_sage:build
 
 ``sparse_input = True`` tells the trainer to hand ``batch.x`` over as it travels: a
-:class:`trainer.SparseRows` (CSR rows) for a sparse feature, a dense tensor otherwise. The
+:class:`graphprep.trainer.SparseRows` (CSR rows) for a sparse feature, a dense tensor otherwise. The
 first thing the model does with it is a linear projection, ``x @ W``, which
-:func:`trainer.sparse_matmul` computes as one ``embedding_bag`` over the stored values: no
+:func:`graphprep.trainer.sparse_matmul` computes as one ``embedding_bag`` over the stored values: no
 ``[nodes, columns]`` block is ever made (a 4,714-column multi-hot row with a few dozen ones
 is ~19 KB dense, ~0.3 KB stored). After it every row is ``hidden`` wide and dense, and the
 convolutions are plain PyG.
@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.nn import SAGEConv
 
-from trainer import SparseRows, sparse_matmul
+from graphprep.trainer import SparseRows, sparse_matmul
 
 
 class SparseSAGE(torch.nn.Module):

@@ -1,5 +1,5 @@
 """What the built-in models share: per-type input and output forms, ModuleDict keys, and
-the products that take a sparse input (:class:`trainer.data.sparse.SparseRows`, a CSR
+the products that take a sparse input (:class:`graphprep.trainer.data.sparse.SparseRows`, a CSR
 feature) as it is: :func:`project` and :func:`matmul`."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def aggregate_mean(msg: torch.Tensor, dst: torch.Tensor, n_dst: int) -> torch.Te
 
 
 class LayerStack(torch.nn.Module):
-    """Per-type convolutions run layer by layer on a :class:`trainer.batch.Batch`, what the
+    """Per-type convolutions run layer by layer on a :class:`graphprep.trainer.batch.Batch`, what the
     built-in models share. ``forward(batch)`` returns the last layer's outputs of every type's
     destinations (a tensor on a graph with one node type, else a dict); ``layer(i, layer, h)``
     runs layer ``i`` alone (dropout of its input, the convolution, ``activation`` but after

@@ -1,4 +1,4 @@
-"""Graph attention (GAT, Veličković et al. 2018) on a :class:`trainer.batch.Batch`, in plain
+"""Graph attention (GAT, Veličković et al. 2018) on a :class:`graphprep.trainer.batch.Batch`, in plain
 torch, with the semantics of PyG's ``GATConv``.
 
 Per layer and head: ``Wh = W h``; each edge ``u -> v`` gets the logit

@@ -18,9 +18,9 @@ import json
 import os
 import sys
 
-BUILTIN = {"sage": "trainer.models.sage:build", "gat": "trainer.models.gat:build",
-           "rgcn": "trainer.models.rgcn:build"}
-EXAMPLES = "trainer.examples"          # the shipped example models, importable anywhere
+BUILTIN = {"sage": "graphprep.trainer.models.sage:build", "gat": "graphprep.trainer.models.gat:build",
+           "rgcn": "graphprep.trainer.models.rgcn:build"}
+EXAMPLES = "graphprep.trainer.examples"          # the shipped example models, importable anywhere
 
 
 class ModelError(ValueError):

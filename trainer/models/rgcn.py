@@ -1,5 +1,5 @@
 """R-GCN (Schlichtkrull et al. 2018, "Modeling Relational Data with Graph Convolutional
-Networks") on a :class:`trainer.batch.Batch`, in plain torch.
+Networks") on a :class:`graphprep.trainer.batch.Batch`, in plain torch.
 
 Layer: ``h'[v] = W_self[type(v)] h[v] + b[type(v)] + sum_r 1/|N_r(v)| sum_{u in N_r(v)} W_r h[u]``
 over the relations ``r`` (edge types) into ``v``'s type: mean normalisation per relation, a

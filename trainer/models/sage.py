@@ -1,4 +1,4 @@
-"""GraphSAGE with mean aggregation on a :class:`trainer.batch.Batch`, in plain torch;
+"""GraphSAGE with mean aggregation on a :class:`graphprep.trainer.batch.Batch`, in plain torch;
 heterogeneous graphs get one neighbor projection per edge type, summed (a homogeneous graph is
 the one-type case)."""
 

@@ -26,10 +26,10 @@ import re
 import shutil
 from dataclasses import dataclass
 
-from formats.integrity import manifest_digest
-from formats.output import replacing_file
+from graphprep.formats.integrity import manifest_digest
+from graphprep.formats.output import replacing_file
 
-log = logging.getLogger("trainer")
+log = logging.getLogger("graphprep.trainer")
 
 NAME = "checkpoint.pt"
 BEST = "best.pt"

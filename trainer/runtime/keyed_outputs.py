@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from formats.partitioned import PartitionedGraph
-from formats.storage import join
+from graphprep.formats.partitioned import PartitionedGraph
+from graphprep.formats.storage import join
 
 VECTORS = {"embeddings.npy": "embedding", "input_embeddings.npy": "input_embedding"}
 

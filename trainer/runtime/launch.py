@@ -3,7 +3,7 @@ side of it, watching their launcher.
 
 Ranks get ``torchrun``'s environment variables (``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``) plus ``GRAPHPREP_LAUNCHER_PID`` and run
-``python -m trainer`` with the same arguments. The store's port is bound and listening before
+``python -m graphprep.trainer`` with the same arguments. The store's port is bound and listening before
 any rank starts, and rank 0 inherits that socket (``GRAPHPREP_STORE_FD``): a port picked free
 and closed again could be taken by another process before rank 0 binds it, and the other
 ranks would then talk to whatever listens there.
@@ -38,7 +38,7 @@ import time
 
 import psutil
 
-log = logging.getLogger("trainer")
+log = logging.getLogger("graphprep.trainer")
 
 GRACE_S = 5.0
 LAUNCHER_ENV = "GRAPHPREP_LAUNCHER_PID"
@@ -96,7 +96,7 @@ class _Forwarder:
 
 
 def launch_local(argv: list[str], world_size: int) -> int:
-    """Run ``world_size`` ranks of ``python -m trainer argv``; returns the job's exit code."""
+    """Run ``world_size`` ranks of ``python -m graphprep.trainer argv``; returns the job's exit code."""
     procs: list[subprocess.Popen] = []
     errors = tempfile.mkdtemp(prefix="graphprep-rank-errors-")
     try:
@@ -124,7 +124,7 @@ def _launch(argv: list[str], world_size: int, procs: list[subprocess.Popen],
             # RPC threads each get a glibc arena that keeps freed message buffers: with
             # learnable-embedding traffic a rank's RSS grew ~100 MB per epoch without this
             env.setdefault("MALLOC_ARENA_MAX", "2")
-            procs.append(subprocess.Popen([sys.executable, "-m", "trainer", *argv], env=env,
+            procs.append(subprocess.Popen([sys.executable, "-m", "graphprep.trainer", *argv], env=env,
                                           pass_fds=(fd,) if rank == 0 else ()))
             if rank == 0:
                 store.close()        # rank 0 holds it now; ranks connect once it serves

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import psutil
 
-log = logging.getLogger("trainer")
+log = logging.getLogger("graphprep.trainer")
 
 SOCKET_VARS = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 CUDA_SOCKET_VARS = ("NCCL_SOCKET_IFNAME",)
@@ -120,7 +120,7 @@ def configure(master_addr: str, *, multi_host: bool | None, iface: str | None = 
 def talk_address(master_addr: str) -> str:
     """The IPv4 address this rank's process groups talk on: that of the interface in
     ``GLOO_SOCKET_IFNAME`` (as :func:`configure` set it, or the user), else the routed source
-    address towards ``master_addr``. Names this rank to the others (trainer.runtime.health)."""
+    address towards ``master_addr``. Names this rank to the others (graphprep.trainer.runtime.health)."""
     name = os.environ.get("GLOO_SOCKET_IFNAME", "").split(",")[0]
     address = ipv4_interfaces().get(name) if name else None
     return address or route_source(master_addr)

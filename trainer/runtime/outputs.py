@@ -1,9 +1,9 @@
-"""What the trainer writes, and the rule that guards it (``formats.guard.check_output``, the
+"""What the trainer writes, and the rule that guards it (``graphprep.formats.guard.check_output``, the
 one ``prep`` applies too), checked by the launcher before any rank starts. No torch here.
 
 * ``--checkpoint-dir``: a folder the run writes ``checkpoint.pt`` and ``best.pt`` into, and
   with learnable embeddings each part's shards beside them (``checkpoint.embeddings-part<p>.pt``
-  and the like, :mod:`trainer.runtime.checkpoint`); nothing else there is touched. Its own:
+  and the like, :mod:`graphprep.trainer.runtime.checkpoint`); nothing else there is touched. Its own:
   empty, holding a torch archive ``checkpoint.pt``, or holding only such files (a run that
   died before its first checkpoint leaves shards alone).
 * ``--metrics-out``: one JSON file, rewritten after every epoch. Its own: a JSON object with
@@ -24,10 +24,10 @@ import os
 import shutil
 import zipfile
 
-from formats.errors import FormatError
-from formats.guard import check_output
-from formats.output import replacing_file, side_paths
-from formats.partitioned import PartitionedGraph
+from graphprep.formats.errors import FormatError
+from graphprep.formats.guard import check_output
+from graphprep.formats.output import replacing_file, side_paths
+from graphprep.formats.partitioned import PartitionedGraph
 
 CHECKPOINT_FILES = ("checkpoint.pt", "best.pt")
 EMBED_JSON = "embed.json"

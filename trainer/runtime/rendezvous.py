@@ -23,7 +23,7 @@ from .launch import STORE_FD_ENV, listening_socket
 from .netif import NetworkSetupError, resolve, talk_address
 from ..sampling.service import rank_name
 
-log = logging.getLogger("trainer")
+log = logging.getLogger("graphprep.trainer")
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class RankEnv:
                        int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
         except KeyError as err:
             raise RuntimeError(f"environment variable {err.args[0]} is not set (run under "
-                               "`python -m trainer` or torchrun)") from None
+                               "`python -m graphprep.trainer` or torchrun)") from None
 
 
 def backend_for(device: torch.device, shared_gpu: bool = False) -> str:
@@ -81,11 +81,11 @@ def start(env: RankEnv, device: torch.device, timeout_s: float) -> None:
     """Join the process group (its backend as :func:`backend_for` picks for ``device``, the
     same on every rank) and the RPC group, both on the one store at ``MASTER_ADDR``; every
     blocking call is bounded by ``timeout_s`` so a dead peer ends this rank with an error
-    instead of a hang. Call ``trainer.runtime.netif`` first: it picks the interface the process
+    instead of a hang. Call ``graphprep.trainer.runtime.netif`` first: it picks the interface the process
     groups listen on.
 
     Each rank says who it is in the store and, once both groups are up, beats there
-    (``trainer.runtime.health``): a wait that times out can then name the ranks that went silent."""
+    (``graphprep.trainer.runtime.health``): a wait that times out can then name the ranks that went silent."""
     timeout = timedelta(seconds=timeout_s)
     store = _store(env, timeout)
     health.publish(store, env.rank, health.me(talk_address(env.master_addr)))

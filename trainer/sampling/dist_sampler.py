@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from formats import EdgeType
+from graphprep.formats import EdgeType
 
 from .partition import LocalPart, PartitionBook
 from .service import PartServer, SampleRequest, SampleResponse, Transport
@@ -58,7 +58,7 @@ class Block:
 class MiniBatch:
     """Sampler output for a batch of seeds of one node type: ``blocks`` run from the input
     layer to the seeds (``blocks[-1]``'s destinations are the seeds, in the given order). The
-    loaders turn blocks into the :class:`trainer.batch.Batch` a model receives."""
+    loaders turn blocks into the :class:`graphprep.trainer.batch.Batch` a model receives."""
 
     ntype: str
     seeds: torch.Tensor

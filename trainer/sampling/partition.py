@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from formats import EdgeType
-from formats.partitioned import PartitionedGraph, load_partitioned
-from formats.sparse import CSR, csr_paths, load_csr
+from graphprep.formats import EdgeType
+from graphprep.formats.partitioned import PartitionedGraph, load_partitioned
+from graphprep.formats.sparse import CSR, csr_paths, load_csr
 
 from ..data.sparse import SparseRows
 

@@ -29,7 +29,7 @@ class SampleRequest:
 
     ``exclude`` (link prediction) names edges that must not be returned, per edge type (its
     ``str``): ascending int64 pair keys ``src * num_nodes[dst type] + dst`` (new IDs), as
-    :func:`trainer.data.negatives.edge_keys` makes. The owner drops sampled edges with those keys,
+    :func:`graphprep.trainer.data.negatives.edge_keys` makes. The owner drops sampled edges with those keys,
     so a batch's positive edges, their duplicates and their twins never carry messages.
 
     ``edge_feat`` (``--edge-feat``) names an edge data array: the owner also returns the
@@ -112,7 +112,7 @@ class PartServer:
 
     def update_embeddings(self, grads: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Apply gradient rows ``grads[ntype] = (owned new IDs, rows)`` to this part's
-        learnable embeddings (``trainer.data.embeddings``: a sparse step, those rows only)."""
+        learnable embeddings (``graphprep.trainer.data.embeddings``: a sparse step, those rows only)."""
         table = getattr(self, "embeddings", None)
         if table is None:
             raise RuntimeError(f"part {self.part.p}'s server holds no learnable embeddings")

@@ -1,10 +1,10 @@
-"""``python -m trainer embed``: inference over every node with a trained checkpoint,
+"""``python -m graphprep.trainer embed``: inference over every node with a trained checkpoint,
 distributed like training, written per node type by node ID (and by key on a keyed graph).
 
 One rank per part. The checkpoint's model is rebuilt from its ``--model`` and
 ``--model-args``. A module with ``layer(i, layer, h)`` (the built-ins) gets exact layer-wise
 full-neighbor inference, each node computed once per layer; any other module gets sampled
-inference with the run's evaluation fanouts (:mod:`trainer.tasks.inference`); ``embed.json``
+inference with the run's evaluation fanouts (:mod:`graphprep.trainer.tasks.inference`); ``embed.json``
 says which (``"inference"``).
 
 Output ``OUT/`` (written under ``.OUT.partial`` beside it and swapped into place at the end;
@@ -35,16 +35,16 @@ import sys
 
 import click
 
-from formats.cli_types import FiniteFloat
-from formats.console import show_progress
-from formats.output import side_paths, swap_into_place
+from graphprep.formats.cli_types import FiniteFloat
+from graphprep.formats.console import show_progress
+from graphprep.formats.output import side_paths, swap_into_place
 
 from ..cli import BadInput, OneLineErrors, run_as_rank, start_command
 from ..runtime.launch import LAUNCHER_ENV
 from ..runtime.netif import IFACE_HELP
 from ..runtime.outputs import EMBED_JSON
 
-log = logging.getLogger("trainer")
+log = logging.getLogger("graphprep.trainer")
 
 
 @click.command(cls=OneLineErrors,
@@ -88,7 +88,7 @@ def main(graph, checkpoint, out, overwrite, batch_size, device, rpc_timeout, ifa
 
     \b
     Example:
-      python -m trainer embed --graph parts/graph.json --checkpoint checkpoints/cora \\
+      python -m graphprep.trainer embed --graph parts/graph.json --checkpoint checkpoints/cora \\
           --out embeddings/cora
     """
     rank, meta = start_command(graph, verbose)
@@ -113,7 +113,7 @@ def _check_before_start(meta, checkpoint: str, out: str, overwrite: bool, device
                         rank: str | None) -> None:
     """Everything that can be refused before inference (exit 2, one line): the checkpoint
     and, where rank 0 writes, --out. Under torchrun each rank checks the checkpoint."""
-    from formats.errors import FormatError
+    from graphprep.formats.errors import FormatError
 
     from ..runtime.checkpoint import check_for_embed
     from ..runtime.outputs import check_embed_out

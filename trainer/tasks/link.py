@@ -1,6 +1,6 @@
 """Link prediction on one rank: train on the part's training edges, evaluate exactly.
 
-Training: :class:`trainer.data.link_loader.LinkLoader` batches (positives, uniform negatives,
+Training: :class:`graphprep.trainer.data.link_loader.LinkLoader` batches (positives, uniform negatives,
 blocks without the batch's own edges), binary cross-entropy, DDP. Message passing never sees a
 validation or test edge (their CSC entries are dropped at load, ``without_held_out``).
 

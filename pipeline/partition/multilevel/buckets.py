@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from formats.output import writing
+from graphprep.formats.output import writing
 
 from .layout import cut_points
 

@@ -65,7 +65,7 @@ def worker_memory_bytes(runner) -> int | None:
     this machine's memory)."""
     client = getattr(runner, "client", None)
     if client is not None:
-        from pipeline.cluster import workers_info
+        from graphprep.pipeline.cluster import workers_info
         limits = [w.get("memory_limit") or 0 for w in workers_info(client).values()]
         limits = [x for x in limits if x]
         if limits:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats.output import save_npy
+from graphprep.formats.output import save_npy
 
 from ..metis_capi import part_graph
 from ..metis_method import fill_empty_parts

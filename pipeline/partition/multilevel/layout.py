@@ -139,7 +139,7 @@ def write_csr(level: Level, r: int, rows_local: np.ndarray, adj: np.ndarray,
               wgt: np.ndarray) -> None:
     """Write range ``r`` from entries sorted by (row, neighbour): int32 where the values fit,
     no weight file when every weight is 1."""
-    from formats.output import save_npy
+    from graphprep.formats.output import save_npy
     start, stop = level.bounds(r)
     indptr = np.zeros(stop - start + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows_local, minlength=stop - start), out=indptr[1:])
@@ -184,7 +184,7 @@ class CSRWriter:
 
     def add(self, rows_local: np.ndarray, adj: np.ndarray, wgt: np.ndarray | None) -> None:
         """Entries of the next rows, sorted by (row, neighbour); ``wgt`` None: all 1."""
-        from formats.output import writing
+        from graphprep.formats.output import writing
         if self.single:
             write_csr(self.level, self.r, rows_local, adj,
                       np.ones(len(adj), dtype=np.int64) if wgt is None else wgt)
@@ -208,7 +208,7 @@ class CSRWriter:
 
     def close(self) -> None:
         """Finish the files (a no-op after ``write_csr``)."""
-        from formats.output import save_npy, writing
+        from graphprep.formats.output import save_npy, writing
         if self.single:
             return
         indptr = np.zeros(len(self.counts) + 1, dtype=np.int64)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import ChunkedGraph
+from graphprep.formats import ChunkedGraph
 
 from ...cluster import fix_mmap_threshold
 from ...recycle import on_every_worker

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats.output import save_npy
+from graphprep.formats.output import save_npy
 
 from ...arrayops import mix
 from .layout import (Level, best_per_row, new_array, part_dtype, read_parts, sum_by_key,

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from formats import ChunkedGraph, ChunkFiles, EdgeType
-from formats.validate import read_checked_edges
+from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType
+from graphprep.formats.validate import read_checked_edges
 
 from ...arrayops import unique_ints
 from ...convert.sources import DataField, open_field

@@ -24,8 +24,8 @@ from graphprep.formats.integrity import (PART_JSON, FileRecord, PartStamp, part_
 from graphprep.formats.npyio import NpyWriter, npy_shape, read_rows
 from graphprep.formats.output import save_npy
 from graphprep.formats.sparse import CSR, csr_paths
-from .halo import BitRank, find_halo
-from .plan import DispatchPlan, atomic_folder
+from graphprep.dispatch.halo import BitRank, find_halo
+from graphprep.dispatch.plan import DispatchPlan, atomic_folder
 
 
 @dataclass(frozen=True)

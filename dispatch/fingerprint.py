@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphprep.formats.sparse import CsrRows, is_csr
-from graphprep.pipeline.arrayops import mix
+from graphprep.pipeline.core.arrayops import mix
 
 
 def row_hash(values: np.ndarray) -> np.ndarray:

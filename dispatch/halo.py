@@ -15,7 +15,7 @@ import numpy as np
 
 from graphprep.formats import EdgeType
 from graphprep.formats.npyio import npy_shape, read_rows
-from .plan import DispatchPlan
+from graphprep.dispatch.plan import DispatchPlan
 
 # popcount of every byte: the fallback for numpy < 2.0, which has no bitwise_count
 _BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).sum(axis=1)

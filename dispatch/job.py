@@ -29,13 +29,13 @@ from graphprep.formats.output import (MANIFEST, fingerprint, link_files, make_ma
 from graphprep.formats.partitioned import GRAPH_JSON, PartInfo, PartitionedGraph
 from graphprep.formats.storage import is_url
 from graphprep.formats.sparse import CSR, csr_paths
-from graphprep.pipeline.cluster import ClusterOptions, TaskRunner, dask_client
+from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client
 from graphprep.formats.guard import guarded_output
-from .build import PartTask, build_part
-from .deliver import staging_for, upload, url_up_to_date
-from .plan import RANGE_SIZE, DispatchPlan
-from .relabel import RangeTask, count_range, node_book, relabel_range
-from .shuffle import BucketTask, bucket_edges
+from graphprep.dispatch.build import PartTask, build_part
+from graphprep.dispatch.deliver import staging_for, upload, url_up_to_date
+from graphprep.dispatch.plan import RANGE_SIZE, DispatchPlan
+from graphprep.dispatch.relabel import RangeTask, count_range, node_book, relabel_range
+from graphprep.dispatch.shuffle import BucketTask, bucket_edges
 
 log = logging.getLogger(__name__)
 WORK = ".work"

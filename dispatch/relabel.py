@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphprep.formats.output import write_array_chunk
-from .plan import DispatchPlan, atomic_folder
+from graphprep.dispatch.plan import DispatchPlan, atomic_folder
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import numpy as np
 from graphprep.formats import EdgeType
 from graphprep.formats.output import write_array_chunk
 from graphprep.formats.validate import read_checked_edges
-from .plan import DispatchPlan, atomic_folder
+from graphprep.dispatch.plan import DispatchPlan, atomic_folder
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from graphprep.formats import METADATA, ChunkedGraph, EdgeType, FormatError, loa
 from graphprep.formats.storage import is_url, join
 from graphprep.formats.arrays import read_edge_chunk
 from graphprep.formats.sparse import CsrRows, is_csr
-from graphprep.pipeline.arrayops import mix
+from graphprep.pipeline.core.arrayops import mix
 from graphprep.pipeline.convert.sources import data_fields
 from graphprep.pipeline.convert.tables_in import read_parts
 from graphprep.pipeline.keys.hashing import normalize_keys
@@ -55,7 +55,7 @@ from graphprep.pipeline.split_edges import SplitSpec as EdgeSplit
 from graphprep.pipeline.tables.columns import EncodeTask, edge_split_masks, encode_fields
 from graphprep.pipeline.tables.config import Fields, TablesConfig, load_config
 from graphprep.pipeline.tables.parts import input_files, is_json
-from .fingerprint import row_hash
+from graphprep.dispatch.fingerprint import row_hash
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,10 @@ from graphprep.formats.output import is_disk_full, write_array_chunk
 from graphprep.formats.partitioned import PartitionedGraph, load_partitioned
 from graphprep.formats.sparse import CSR, concat_rows, csr_paths, is_csr, load_csr
 from graphprep.formats.validate import read_checked_edges
-from graphprep.pipeline.arrayops import unique_ints
-from graphprep.pipeline.cluster import ClusterOptions, TaskRunner, dask_client, workers_info
-from .fingerprint import add_prints, edge_hash, new_prints, node_hash, row_hash
-from .plan import RANGE_SIZE, data_fields
+from graphprep.pipeline.core.arrayops import unique_ints
+from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client, workers_info
+from graphprep.dispatch.fingerprint import add_prints, edge_hash, new_prints, node_hash, row_hash
+from graphprep.dispatch.plan import RANGE_SIZE, data_fields
 
 
 class VerifyError(Exception):
@@ -628,7 +628,7 @@ def run_verify(chunked: str, partitioned: str, cluster: ClusterOptions,
     with dask_client(cluster) as client:
         run = TaskRunner(client, cluster.progress)
         if tables is not None:
-            from .tables_check import TablesMismatch, check_tables
+            from graphprep.dispatch.tables_check import TablesMismatch, check_tables
             try:
                 checked_tables = check_tables(tables, chunked, run)
             except TablesMismatch as err:

@@ -14,7 +14,7 @@ import tempfile
 from distributed import Client
 
 from graphprep.pipeline import api
-from graphprep.pipeline.cluster import local_cluster
+from graphprep.pipeline.core.cluster import local_cluster
 
 
 def main(work: str) -> None:

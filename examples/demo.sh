@@ -3,7 +3,7 @@
 # synth -> validate -> partition -> dispatch -> verify -> train; Cora -> chunk -> partition
 # -> dispatch -> train; chunked -> re-chunk.
 # Usage: bash examples/demo.sh [OUT]   (default demo-out). DEMO_QUICK=1: the same steps on synth
-# graphs of 10x fewer edges, fewer epochs (the test suite runs it: tests/test_benchmarks_quick.py).
+# graphs of 10x fewer edges, fewer epochs (the test suite runs it: tests/cli/test_benchmarks_quick.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PREP=${PREP:-.venv/bin/prep}

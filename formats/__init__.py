@@ -7,11 +7,11 @@ if __name__ != "graphprep.formats":     # this folder reached by its bare name (
     raise ImportError(f"import graphprep.formats, not {__name__}: graphprep installs one package, "
                       "graphprep (pip install -e . in the repository)")
 
-from .errors import FormatError
-from .schema import (ChunkedGraph, ChunkFiles, EdgeType, even_chunks, load_chunked_graph,
+from graphprep.formats.errors import FormatError
+from graphprep.formats.schema import (ChunkedGraph, ChunkFiles, EdgeType, even_chunks, load_chunked_graph,
                      FORMAT_VERSION, METADATA)
-from .arrays import read_array_chunk, read_edge_chunk
-from .validate import validate_chunked_graph
+from graphprep.formats.arrays import read_array_chunk, read_edge_chunk
+from graphprep.formats.validate import validate_chunked_graph
 
 __all__ = ["FormatError", "ChunkedGraph", "ChunkFiles", "EdgeType", "even_chunks",
            "load_chunked_graph", "FORMAT_VERSION", "METADATA", "read_array_chunk",

@@ -15,11 +15,11 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from .errors import FormatError
-from .schema import ChunkFiles
-from .sparse import read_csr_parquet
-from .storage import is_url, open_file
-from .storage import size as storage_size
+from graphprep.formats.errors import FormatError
+from graphprep.formats.schema import ChunkFiles
+from graphprep.formats.sparse import read_csr_parquet
+from graphprep.formats.storage import is_url, open_file
+from graphprep.formats.storage import size as storage_size
 
 EDGE_COLUMNS = ("src", "dst")
 SHAPE_KEY = b"shape"   # DGL's Parquet writer: the array's true shape, str(tuple), per file

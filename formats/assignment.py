@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .errors import FormatError
-from .output import write_json
-from .schema import ChunkedGraph, check_version
+from graphprep.formats.errors import FormatError
+from graphprep.formats.output import write_json
+from graphprep.formats.schema import ChunkedGraph, check_version
 
 META = "partition_meta.json"
 ASSIGNMENT_VERSION = 1

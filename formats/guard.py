@@ -6,7 +6,7 @@ another tool's file is replaced only when asked.
 * :func:`check_output`: the whole rule for an output path, before any work starts
   (aliasing, file or folder, someone else's file without ``--overwrite``); the ``prep`` steps
   apply the same rule through :func:`guarded_output` and their manifests
-  (``graphprep.pipeline.step.up_to_date``).
+  (``graphprep.pipeline.core.step.up_to_date``).
 * :class:`OutputLock`: an exclusive ``flock`` on ``.NAME.lock`` beside OUT, holding the
   holder's pid, host and command line. A second run fails at once naming the holder. The kernel
   drops the lock when its process dies, so a killed run never blocks the next one.
@@ -21,9 +21,9 @@ import sys
 from contextlib import contextmanager
 from typing import Callable, Iterable
 
-from .errors import FormatError
-from .output import restore_previous
-from .storage import is_url
+from graphprep.formats.errors import FormatError
+from graphprep.formats.output import restore_previous
+from graphprep.formats.storage import is_url
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -104,7 +104,7 @@ def _same_file(fd: int, path: str) -> bool:
 def guarded_output(out: str, inputs: Iterable[str]):
     """Refuse an OUT that :func:`check_output` refuses, then hold OUT's lock for the block
     (first undoing a replacement of OUT that a killed run left half done). Whether an existing
-    OUT is the step's own is for its manifest to say (``graphprep.pipeline.step.up_to_date``)."""
+    OUT is the step's own is for its manifest to say (``graphprep.pipeline.core.step.up_to_date``)."""
     check_output(out, inputs, flag="OUT", folder=True, ours=lambda _: True,
                  what="this step's output", overwrite=False)
     if is_url(out):

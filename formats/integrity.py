@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import xxhash
 
-from .errors import FormatError
-from .npyio import npy_header_of
-from .output import write_json
+from graphprep.formats.errors import FormatError
+from graphprep.formats.npyio import npy_header_of
+from graphprep.formats.output import write_json
 
 PART_JSON = "part.json"
 EDGE_BYTES = 1 << 20       # sampled head and tail

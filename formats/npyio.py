@@ -12,7 +12,7 @@ import os
 import numpy as np
 from numpy.lib import format as npformat
 
-from .output import writing
+from graphprep.formats.output import writing
 
 
 def _parse_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import FormatError
-from .storage import is_url
+from graphprep.formats.errors import FormatError
+from graphprep.formats.storage import is_url
 
 MANIFEST = "manifest.json"
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 1}
@@ -181,7 +181,7 @@ def write_array_chunk(path: str, array: np.ndarray) -> None:
     """Write one data chunk as ``.npy`` (memory-mappable). Sparse rows
     (:class:`graphprep.formats.sparse.CsrRows`) go to a CSR Parquet chunk where ``path`` ends in
     ``.parquet``, else to the three ``.npy`` files beside ``path`` (``NAME.indptr.npy``...)."""
-    from .sparse import is_csr, save_csr, write_csr_parquet
+    from graphprep.formats.sparse import is_csr, save_csr, write_csr_parquet
     os.makedirs(os.path.dirname(path), exist_ok=True)
     if not is_csr(array):
         save_npy(path, array)
@@ -202,7 +202,7 @@ def link_files(root: str, relpaths, out: str) -> None:
     """Hard-link (or, across file systems, copy) the local files ``relpaths`` under ``root``
     into ``out`` at the same relative paths (URLs and absolute paths are left alone: the
     metadata names them as they are)."""
-    from .storage import is_url
+    from graphprep.formats.storage import is_url
     for rel in relpaths:
         if is_url(rel) or os.path.isabs(rel):
             continue

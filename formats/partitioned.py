@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import FormatError
-from .integrity import FileRecord
-from .schema import EdgeType
-from .storage import join, read_text
+from graphprep.formats.errors import FormatError
+from graphprep.formats.integrity import FileRecord
+from graphprep.formats.schema import EdgeType
+from graphprep.formats.storage import join, read_text
 
 GRAPH_JSON = "graph.json"
 PARTITIONED_VERSION = 1

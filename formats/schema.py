@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .errors import FormatError
-from .storage import exists, join, read_text
+from graphprep.formats.errors import FormatError
+from graphprep.formats.storage import exists, join, read_text
 
 FORMAT_VERSION = 1
 METADATA = "metadata.json"

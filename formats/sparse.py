@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import FormatError
+from graphprep.formats.errors import FormatError
 
 CSR = "csr"                                   # ChunkFiles.format and a field spec's "format"
 CSR_ARRAYS = ("indptr", "indices", "values")
@@ -158,7 +158,7 @@ def csr_paths(base: str) -> dict[str, str]:
 
 def save_csr(base: str, rows: CsrRows) -> None:
     """Write ``rows`` as ``base.{indptr,indices,values}.npy``."""
-    from .output import save_npy
+    from graphprep.formats.output import save_npy
     os.makedirs(os.path.dirname(base) or ".", exist_ok=True)
     for name, path in csr_paths(base).items():
         save_npy(path, np.asarray(getattr(rows, name)))
@@ -190,7 +190,7 @@ def csr_rows_of(base: str) -> int:
 def write_csr_parquet(path: str, rows: CsrRows) -> None:
     """One chunk of a sparse field in a chunked graph: list columns ``indices`` and ``values``
     (the list offsets are ``indptr``), the width in the schema metadata."""
-    from .output import PARQUET_OPTIONS
+    from graphprep.formats.output import PARQUET_OPTIONS
     offsets = pa.array(np.asarray(rows.indptr, dtype=np.int32 if rows.nnz < 2**31 else
                                   np.int64))
     kind = pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray
@@ -245,7 +245,7 @@ def csr_from_lists(indices: pa.Array, values: pa.Array | None, dim: int, *,
 def read_csr_parquet(path: str, dim: int | None = None) -> CsrRows:
     """A chunk written by :func:`write_csr_parquet` (``dim``: the width metadata.json declares;
     None: the file's own). Raises :class:`FormatError` naming the file."""
-    from .arrays import _parquet_file
+    from graphprep.formats.arrays import _parquet_file
     pf = _parquet_file(path)
     try:
         table = pf.read()
@@ -265,7 +265,7 @@ def read_csr_parquet(path: str, dim: int | None = None) -> CsrRows:
 
 def csr_chunk_rows(path: str) -> int:
     """Rows of a CSR Parquet chunk (its footer only)."""
-    from .arrays import _parquet_file
+    from graphprep.formats.arrays import _parquet_file
     return _parquet_file(path).metadata.num_rows
 
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow.parquet as pq
 
-from .arrays import (_parquet_file, array_info, edge_column_names, read_array_chunk,
+from graphprep.formats.arrays import (_parquet_file, array_info, edge_column_names, read_array_chunk,
                      read_edge_chunk)
-from .errors import FormatError
-from .schema import METADATA, ChunkedGraph, ChunkFiles
-from .sparse import CsrRows
+from graphprep.formats.errors import FormatError
+from graphprep.formats.schema import METADATA, ChunkedGraph, ChunkFiles
+from graphprep.formats.sparse import CsrRows
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from graphprep.formats import ChunkedGraph, EdgeType, FormatError, load_chunked_
 from graphprep.formats.assignment import load_assignment
 from graphprep.formats.partitioned import PartitionedGraph, load_partitioned
 
-from .cluster import ClusterOptions
+from graphprep.pipeline.core.cluster import ClusterOptions
 
 DEFAULT_CHUNK = 1 << 20
 
@@ -100,8 +100,8 @@ def synth(out: str, *, generator: str = "planted", nodes: int | None = None,
     R-MAT of ``2**scale`` nodes (``scale`` 14) and ``edge_factor * 2**scale`` edges (16),
     initiator ``rmat_abc`` (0.57, 0.19, 0.19). None means that default; giving an option of
     the other generator raises ``FormatError``."""
-    from .synth import make_spec
-    from .synth_job import run_synth
+    from graphprep.pipeline.synth import make_spec
+    from graphprep.pipeline.synth_job import run_synth
 
     if len(split) != 3:
         raise FormatError("split needs three fractions (train, val, test)", field="--split")
@@ -127,9 +127,9 @@ def chunk(input: str | dict, out: str, *, kind: str = "auto", chunk_size: int = 
     relative paths relative to the working folder). ``num_nodes``: ``{ntype or "": count}``;
     ``node_data``: ``{"[type/]name": file}``; ``map_keys``/``dangling``: as
     ``--map-keys``/``--dangling``."""
-    from .convert import run_chunk
-    from .convert.options import ChunkOptions
-    from .convert.writer import Transforms
+    from graphprep.pipeline.convert import run_chunk
+    from graphprep.pipeline.convert.options import ChunkOptions
+    from graphprep.pipeline.convert.writer import Transforms
 
     opts = ChunkOptions(chunk_size, delimiter, header, src_col, dst_col, dict(num_nodes or {}),
                         {k: _abs(v) for k, v in (node_data or {}).items()}, name, split_name,
@@ -147,14 +147,14 @@ def node_keys(chunked: str, ntype: str, ids):
     """The original keys of node IDs ``ids`` of type ``ntype`` of a keyed chunked graph
     (``prep chunk`` of tables or keyed edge lists) as a pyarrow Array; reads only the map
     files they are in."""
-    from .keys.lookup import keys_of
+    from graphprep.pipeline.keys.lookup import keys_of
     return keys_of(load_chunked_graph(_abs(chunked)), ntype, ids)
 
 
 def node_ids(chunked: str, ntype: str, keys):
     """The node IDs (int64 numpy array) of original ``keys`` (-1 where the graph has no such
     key); reads one map bucket per distinct bucket of the keys."""
-    from .keys.lookup import ids_of
+    from graphprep.pipeline.keys.lookup import ids_of
     return ids_of(load_chunked_graph(_abs(chunked)), ntype, keys)
 
 
@@ -173,7 +173,7 @@ def balance_constraints(balance: str | tuple[str, ...] | None, method: str
     ``train`` where there are training nodes for metis, multilevel, kaminpar and auto; none
     for random). Raises ``FormatError`` naming the option for an unknown key, a key named
     twice, or any constraint with ``random``."""
-    from .partition.base import BALANCE_KEYS
+    from graphprep.pipeline.partition.base import BALANCE_KEYS
 
     if balance is None:
         return None
@@ -211,7 +211,7 @@ def partition(chunked: str, out: str, *, num_parts: int, method: str = "random",
     ``balance`` None: the method's default (metis, multilevel, kaminpar, auto: node counts per
     type, edges, and training nodes where there are any; ``("ntypes",)``: node counts only). The
     statistics' ``warnings`` name an edge or train imbalance over 1.5 (also logged)."""
-    from .partition import PartitionOptions, run_partition
+    from graphprep.pipeline.partition import PartitionOptions, run_partition
 
     balance = balance_constraints(balance, method)
     out = _abs(out)
@@ -259,7 +259,7 @@ def split_edges(chunked: str, out: str, *, etype: str, val: float = 0.05, test: 
                 twin: tuple[str, ...] = (), seed: int = 0, overwrite: bool = False,
                 client=None, **cluster) -> GraphResult:
     """``chunked`` with train/val/test edge masks of ``etype`` (and its twins) at ``out``."""
-    from .split_edges import SplitSpec, run_split
+    from graphprep.pipeline.split_edges import SplitSpec, run_split
 
     spec = SplitSpec(EdgeType.parse(etype, file="--etype", field="--etype"), val, test, seed)
     out = _abs(out)
@@ -278,7 +278,7 @@ def export(partitioned: str, out: str, *, to: str, overwrite: bool = False, clie
     ``to="dgl-chunked"`` takes a chunked graph instead (``synth``/``chunk`` output) and writes
     DGL's chunked graph format, the input of DGL's ``partition_algo``/``dispatch_data.py``
     (no dgl needed); ``root`` is ``out``. See ``formats/FORMATS.md`` §5."""
-    from .export import run_export
+    from graphprep.pipeline.export import run_export
 
     out = _abs(out)
     result = run_export(_abs(partitioned), out, to, cluster_options(client, **cluster),

@@ -13,9 +13,9 @@ import sys
 import click
 
 from graphprep.formats import FormatError
-from graphprep.formats.cli_types import FiniteFloat, OneLineErrors
-from graphprep.formats.console import setup_logging, show_progress
-from .cluster import (AUTO_RECYCLE_MB, LOST_WORKER_TIMEOUT_KEY, LOST_WORKER_TIMEOUT_S,
+from graphprep.pipeline.core.cli_types import FiniteFloat, OneLineErrors
+from graphprep.pipeline.core.console import setup_logging, show_progress
+from graphprep.pipeline.core.cluster import (AUTO_RECYCLE_MB, LOST_WORKER_TIMEOUT_KEY, LOST_WORKER_TIMEOUT_S,
                       RECYCLE_MB_KEY, ClusterOptions, tls_security)
 
 log = logging.getLogger("graphprep.pipeline")
@@ -50,7 +50,7 @@ class PrepGroup(OneLineErrors, click.Group):
 def describe_failure(err: BaseException) -> str:
     """One line naming the cause of an unexpected failure."""
     from graphprep.formats.output import disk_full_error, is_disk_full
-    from .cluster import ClusterFault
+    from graphprep.pipeline.core.cluster import ClusterFault
 
     if is_disk_full(err):
         if err.errno is not None and str(err.strerror).startswith("no space left on "):
@@ -173,7 +173,7 @@ def main():  # console-script entry point
     prep(prog_name="prep")
 
 
-from . import commands  # noqa: E402,F401  (registers the sub-commands)
+from graphprep.pipeline import commands  # noqa: E402,F401  (registers the sub-commands)
 
 if __name__ == "__main__":   # `python -m graphprep.pipeline.cli`: the commands registered on the
     from graphprep.pipeline.cli import main as _main   # imported module's group, not on __main__'s

@@ -7,13 +7,13 @@ import logging
 import click
 
 from graphprep.formats import load_chunked_graph, validate_chunked_graph
-from graphprep.formats.cli_types import FiniteFloat
+from graphprep.pipeline.core.cli_types import FiniteFloat
 from graphprep.formats.validate import NAN_POLICIES
-from . import api
-from .rmat import MAX_SCALE
-from .synth import GENERATORS, PLANTED_DEFAULTS, RMAT_DEFAULTS
-from .cli import cluster_options, local_path, prep
-from .cluster import ClusterOptions, TaskRunner, dask_client
+from graphprep.pipeline import api
+from graphprep.pipeline.rmat import MAX_SCALE
+from graphprep.pipeline.synth import GENERATORS, PLANTED_DEFAULTS, RMAT_DEFAULTS
+from graphprep.pipeline.cli import cluster_options, local_path, prep
+from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +109,8 @@ def synth(ctx, out, generator, nodes, edges, hetero, num_classes, feat_dim, homo
               ("exponent", exponent), ("scale", scale), ("edge_factor", edge_factor),
               ("rmat_abc", rmat_abc))}
     if dry_run:
-        from .synth import make_spec
-        from .synth_job import dry_run as synth_dry_run
+        from graphprep.pipeline.synth import make_spec
+        from graphprep.pipeline.synth_job import dry_run as synth_dry_run
         spec = make_spec(generator, hetero=hetero, num_classes=num_classes, feat_dim=feat_dim,
                          feat_signal=feat_signal, split=fractions, seed=seed, **given)
         click.echo(synth_dry_run(spec, out, chunk_size, cluster))
@@ -283,7 +283,7 @@ def chunk(ctx, input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_sel
       dgl          DGL's chunked graph format (metadata.json), validated and re-chunked
     The result is validated before it is moved into place; on error nothing is written.
     """
-    from .tables.config import is_config
+    from graphprep.pipeline.tables.config import is_config
     if kind == "tables" or (kind == "auto" and is_config(input)):
         _refuse_config_overrides(ctx, input)
     result = api.chunk(
@@ -365,7 +365,7 @@ def partition(chunked, out, num_parts, method, coarse_edges, balance, objective,
     training nodes is warned about (at default verbosity, and in the statistics that prep
     inspect and prep report show), with the option that fixes it.
     """
-    from .partition import format_table, run_stats
+    from graphprep.pipeline.partition import format_table, run_stats
 
     if stats_of:
         click.echo(format_table(run_stats(chunked, stats_of, cluster)))
@@ -373,7 +373,7 @@ def partition(chunked, out, num_parts, method, coarse_edges, balance, objective,
     if out is None or num_parts is None:
         raise click.UsageError("OUT and --num-parts are required (unless --stats)")
     if dry_run:
-        from .estimate import estimate_partition
+        from graphprep.pipeline.estimate import estimate_partition
         click.echo(estimate_partition(
             load_chunked_graph(chunked), method, num_parts,
             api.balance_constraints(balance, method), coarse_edges,
@@ -416,7 +416,7 @@ def dispatch(chunked, assignment, out, machines, range_size, nan_policy, dry_run
     """
     if dry_run:
         from graphprep.formats.assignment import load_assignment
-        from .estimate import estimate_dispatch
+        from graphprep.pipeline.estimate import estimate_dispatch
         click.echo(estimate_dispatch(load_chunked_graph(chunked),
                                      load_assignment(assignment).meta.num_parts,
                                      range_size).describe())
@@ -528,7 +528,7 @@ def inspect_cmd(path, as_json):
     Counts come from the metadata, dtypes and shapes from .npy headers and Parquet footers,
     sizes from the file system: instant at any graph size. Anything else: exit 2 naming PATH.
     """
-    from .inspect import describe, render_json, render_text
+    from graphprep.pipeline.inspect import describe, render_json, render_text
 
     info = describe(path)
     click.echo(render_json(info) if as_json else render_text(info))
@@ -586,6 +586,6 @@ def report(paths, out, overwrite, cluster: ClusterOptions):
     parts; one task per part), a partition assignment (per-part bars from its statistics), a
     trainer metrics file (loss and accuracy/AUC curves, time per phase per epoch) or a chunked
     graph (its tables). Needs matplotlib."""
-    from .report import run_report
+    from graphprep.pipeline.report import run_report
 
     click.echo(f"wrote {run_report(list(paths), out, cluster, overwrite)}")

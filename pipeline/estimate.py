@@ -121,12 +121,12 @@ def estimate_partition(graph: ChunkedGraph, method: str, num_parts: int, balance
     """The estimate of ``prep partition`` with these options; ``auto`` is resolved as the
     step would resolve it for workers of ``worker_bytes``. ``balance`` None: the method's
     default (``default_balance``, from the metadata: a train_mask field counts)."""
-    from .partition.auto import choose
-    from .partition.auto import kaminpar_installed
-    from .partition.base import default_balance, num_constraints
-    from .partition.multilevel.budget import derive_budget
-    from .partition.multilevel.method import MAX_RANGES
-    from .partition.parhip import parhip_bytes
+    from graphprep.pipeline.partition.auto import choose
+    from graphprep.pipeline.partition.auto import kaminpar_installed
+    from graphprep.pipeline.partition.base import default_balance, num_constraints
+    from graphprep.pipeline.partition.multilevel.budget import derive_budget
+    from graphprep.pipeline.partition.multilevel.method import MAX_RANGES
+    from graphprep.pipeline.partition.parhip import parhip_bytes
 
     nodes, edges, chunk = _sizes(graph)
     if balance is None:
@@ -171,7 +171,7 @@ def _row_bytes(graph: ChunkedGraph, kind: str) -> dict:
 
     from graphprep.formats.sparse import index_dtype
 
-    from .inspect import csr_nnz, field_layout
+    from graphprep.pipeline.inspect import csr_nnz, field_layout
     data = graph.node_data if kind == "node" else graph.edge_data
     counts = graph.num_nodes if kind == "node" else graph.num_edges
     out = {}

@@ -29,7 +29,7 @@ from graphprep.formats.output import MANIFEST, side_paths
 from graphprep.formats.partitioned import GRAPH_JSON, load_partitioned
 from graphprep.formats.schema import METADATA, ChunkFiles
 from graphprep.formats.storage import exists, is_url, join, open_file, read_text, size
-from .workload import made_with, work_warnings
+from graphprep.pipeline.workload import made_with, work_warnings
 
 KINDS = ("chunked", "assignment", "partitioned", "metrics")
 EXPECTED = ("a chunked graph folder (metadata.json), a partition assignment folder "
@@ -325,7 +325,7 @@ def _first_key(graph, ntype: str):
     """ID 0's key, as an example of the type's keys (None for an empty type)."""
     if not graph.num_nodes[ntype]:
         return None
-    from .keys.lookup import keys_of
+    from graphprep.pipeline.keys.lookup import keys_of
     return keys_of(graph, ntype, [0])[0].as_py()
 
 

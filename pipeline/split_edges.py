@@ -28,10 +28,10 @@ from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError, l
 from graphprep.formats.output import (AtomicOutput, fingerprint, link_files, make_manifest,
                             write_array_chunk)
 from graphprep.formats.validate import read_checked_edges
-from .arrayops import mix
-from .cluster import ClusterOptions, TaskRunner, dask_client
+from graphprep.pipeline.core.arrayops import mix
+from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client
 from graphprep.formats.guard import guarded_output
-from .step import finish_chunked, up_to_date
+from graphprep.pipeline.core.step import finish_chunked, up_to_date
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType, even_chunks
 from graphprep.formats.output import write_array_chunk, write_edge_chunk
-from . import rmat
+from graphprep.pipeline import rmat
 
 EDGE_BLOCK = 1 << 16
 NODE_BLOCK = 1 << 14

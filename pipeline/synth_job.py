@@ -14,11 +14,11 @@ import shutil
 
 from graphprep.formats import FormatError
 from graphprep.formats.output import AtomicOutput, make_manifest
-from .cluster import ClusterOptions, TaskRunner, dask_client, workers_info
+from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client, workers_info
 from graphprep.formats.guard import guarded_output
-from .estimate import SynthFootprint, estimate_synth, size
-from .step import finish_chunked, up_to_date
-from .synth import RMAT_DEFAULTS, SynthSpec, plan, write_synth_chunk
+from graphprep.pipeline.estimate import SynthFootprint, estimate_synth, size
+from graphprep.pipeline.core.step import finish_chunked, up_to_date
+from graphprep.pipeline.synth import RMAT_DEFAULTS, SynthSpec, plan, write_synth_chunk
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def embedded_worker_bytes(cluster: ClusterOptions) -> int | None:
     on a cluster given by address or by the caller (asked of its workers once connected)."""
     if cluster.scheduler or cluster.client is not None:
         return None
-    from .cluster import check_embedded, memory_limit_bytes
+    from graphprep.pipeline.core.cluster import check_embedded, memory_limit_bytes
     check_embedded(cluster, cluster.workers)
     return memory_limit_bytes(cluster.memory_limit)
 

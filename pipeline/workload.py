@@ -39,7 +39,7 @@ def _remedy(key: str, over: list[str], method: str | None,
             balance: tuple[str, ...] | None) -> str:
     """What fixes ``key``'s imbalance (``over``: every key over the threshold)."""
     if method in ("metis", "multilevel", "kaminpar") and balance is not None:
-        from .partition.weights import combined_constraints, constraint_keys  # a cycle at import
+        from graphprep.pipeline.partition.weights import combined_constraints, constraint_keys  # a cycle at import
 
         combined = combined_constraints(balance)
         inside = {k for c in combined for k in constraint_keys(c)}

@@ -1,6 +1,6 @@
 """DGL's chunked-graph writer, vendored: writes a graph in DGL's chunked format exactly as DGL's
 own tools do (metadata.json, edge_index/, node_data/, edge_data/). Used by
-tests/test_dgl_input.py for its fixtures and by examples/benchmarks/bench_dgl_input.py."""
+tests/steps/test_dgl_input.py for its fixtures and by examples/benchmarks/bench_dgl_input.py."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def dgl_chunk_graph(graph, out, num_chunks, data_fmt="numpy", edges_fmt="csv",
     """_chunk_graph of DGL's CI generator for ``graph`` into folder ``out`` (a Path). ``graph``:
     {"ntypes": [...], "etypes": [(src, rel, dst), ...] (DGL's order), "num_nodes": {ntype: n},
     "edges": {etype: int64 [E, 2]}, "ndata": {ntype: {name: array}}, "edata": {etype:
-    {name: array}}} (see ``source_graph`` in tests/test_dgl_input.py)."""
+    {name: array}}} (see ``source_graph`` in tests/steps/test_dgl_input.py)."""
     ntypes, etypes = graph["ntypes"], graph["etypes"]
     meta = {"graph_name": "mag240m", "node_type": ntypes,
             "num_nodes_per_type": [graph["num_nodes"][t] for t in ntypes],

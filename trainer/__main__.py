@@ -8,10 +8,10 @@ def console_main(prog: str | None = None) -> None:
     """Run ``embed`` when it is the first argument, else training; never returns."""
     prog = prog or os.path.basename(sys.argv[0])
     if len(sys.argv) > 1 and sys.argv[1] == "embed":
-        from .tasks.embed import main as embed_main
+        from graphprep.trainer.tasks.embed import main as embed_main
         embed_main(args=sys.argv[2:], prog_name=f"{prog} embed")
     else:
-        from .cli import main
+        from graphprep.trainer.cli import main
         main(prog_name=prog)
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .data.sparse import SparseRows, densify
+from graphprep.trainer.data.sparse import SparseRows, densify
 
 EdgeKey = tuple[str, str, str]
 log = logging.getLogger("graphprep.trainer")

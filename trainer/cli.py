@@ -23,14 +23,14 @@ import warnings
 
 import click
 
-from graphprep.formats.cli_types import OneLineErrors as OneLineErrorsMixin
-from graphprep.formats.console import setup_logging
+from graphprep.pipeline.core.cli_types import OneLineErrors as OneLineErrorsMixin
+from graphprep.pipeline.core.console import setup_logging
 from graphprep.formats.errors import FormatError
 from graphprep.formats.partitioned import load_partitioned
 
-from .config import (FAIL_MODES, FEATURELESS, SCORERS, TASKS, TrainConfig, check_edge_feat,
+from graphprep.trainer.config import (FAIL_MODES, FEATURELESS, SCORERS, TASKS, TrainConfig, check_edge_feat,
                      task_target)
-from .runtime.netif import IFACE_HELP, configure_rank
+from graphprep.trainer.runtime.netif import IFACE_HELP, configure_rank
 
 log = logging.getLogger("graphprep.trainer")
 
@@ -56,7 +56,7 @@ def _ints(ctx, param, value):
 
 
 def _model_args(ctx, param, value):
-    from .models.registry import ModelError, parse_model_args
+    from graphprep.trainer.models.registry import ModelError, parse_model_args
     try:
         return parse_model_args(value)
     except ModelError as err:
@@ -233,7 +233,7 @@ def main(graph, threads, verbose, iface, **options):
         cfg.checkpoint_dir = os.path.join("checkpoints", meta.graph_name)
     world = meta.num_parts * cfg.ranks_per_part
     try:
-        from .models.registry import canonical
+        from graphprep.trainer.models.registry import canonical
         cfg.model = canonical(cfg.model)     # a model file by its absolute path
         cfg.check(meta.num_parts, int(os.environ.get("WORLD_SIZE", world)))
         target = task_target(meta, cfg)
@@ -245,8 +245,8 @@ def main(graph, threads, verbose, iface, **options):
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     if rank is None:
-        from .runtime.launch import launch_local
-        from .runtime.outputs import remove_partials
+        from graphprep.trainer.runtime.launch import launch_local
+        from graphprep.trainer.runtime.outputs import remove_partials
         log.info("launching %d ranks: %d parts x %d", world, meta.num_parts, cfg.ranks_per_part)
         code = launch_local(sys.argv[1:], world)
         remove_partials(cfg)
@@ -298,11 +298,11 @@ def _check_outputs(cfg, meta, target: str, rank: str | None) -> None:
     """Before any epoch: what rank 0 writes passes the output rule (graphprep.trainer.runtime.outputs) and the
     checkpoint folder is writable; a --resume matches this graph and these options. Ranks of
     our launcher skip what it checked already."""
-    from .runtime.launch import LAUNCHER_ENV
+    from graphprep.trainer.runtime.launch import LAUNCHER_ENV
     if rank is not None and LAUNCHER_ENV in os.environ:
         return
-    from .runtime.checkpoint import CheckpointInfo, check_fresh, check_resume, check_writable
-    from .runtime.outputs import check_train_outputs
+    from graphprep.trainer.runtime.checkpoint import CheckpointInfo, check_fresh, check_resume, check_writable
+    from graphprep.trainer.runtime.outputs import check_train_outputs
     if rank in (None, "0"):
         check_train_outputs(cfg, meta)
         if not cfg.resume and not cfg.overwrite:
@@ -319,14 +319,14 @@ def _check_model(cfg, meta, rank: str | None) -> None:
     and accepts ``--model-args`` on this graph's spec (ModelError, exit 2). Ranks of our
     launcher skip what it checked; the default sage without arguments needs no check (and no
     torch import)."""
-    from .runtime.launch import LAUNCHER_ENV
-    from .models.registry import check_in_child, model_path
+    from graphprep.trainer.runtime.launch import LAUNCHER_ENV
+    from graphprep.trainer.models.registry import check_in_child, model_path
     model_path(cfg.model)
     if (rank is not None and LAUNCHER_ENV in os.environ) or \
             (cfg.model == "sage" and not cfg.model_args):
         return
-    from .config import target_etype, target_type
-    from .models.spec import model_spec
+    from graphprep.trainer.config import target_etype, target_type
+    from graphprep.trainer.models.spec import model_spec
     if cfg.task == "link":
         ntype, out_dim = target_etype(meta, cfg.target_etype).dst, cfg.hidden
     else:
@@ -367,7 +367,7 @@ def run_as_rank(work, meta, *, rank: int, part: int, device: str, iface: str | N
     (``graphprep.trainer.runtime.health``; the traceback only with ``verbose``). Under torchrun the line also
     replaces "To enable traceback see ..." in its failure summary. Returns what ``work``
     returns."""
-    from .runtime.launch import watch_launcher
+    from graphprep.trainer.runtime.launch import watch_launcher
     watch_launcher(rank)
     configure_rank(iface, device)
     _check_data(meta, part, rank, verify_data)
@@ -379,7 +379,7 @@ def run_as_rank(work, meta, *, rank: int, part: int, device: str, iface: str | N
     try:
         return work()
     except BaseException as err:  # noqa: BLE001 - any failure ends the rank, loudly
-        from .runtime.health import is_timeout, timeout_message
+        from graphprep.trainer.runtime.health import is_timeout, timeout_message
         if is_timeout(err):     # gloo's and RPC's own text names no peer: the heartbeats do
             line = timeout_message(rank, rpc_timeout, err)
             detail = traceback.format_exc() if verbose else ""
@@ -392,7 +392,7 @@ def run_as_rank(work, meta, *, rank: int, part: int, device: str, iface: str | N
         log.error("%s%s", line, "\n" + detail if detail else "")
         sys.stderr.flush()
         _tell_launcher(line)
-        from .models.registry import ModelError
+        from graphprep.trainer.models.registry import ModelError
         # skip RPC shutdown: it would wait for the ranks this one is leaving; a model that
         # does not fit (its output's shape) is bad input, exit 2 as before the start
         os._exit(2 if isinstance(err, ModelError) else 1)
@@ -405,7 +405,7 @@ PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pi
 
 def peer_gone(err: BaseException) -> bool:
     """Whether ``err`` (or what caused it) says another rank's process went away."""
-    from .sampling.service import RequestFailed
+    from graphprep.trainer.sampling.service import RequestFailed
     seen = 0
     while err is not None and seen < 8:
         if isinstance(err, RequestFailed) or any(w in str(err) for w in PEER_GONE):
@@ -419,7 +419,7 @@ def _tell_launcher(line: str) -> None:
     file (``GRAPHPREP_ERROR_FILE``: the launcher repeats the line last, after its own);
     under torchrun the rank's error file, so that the agent's failure summary shows it (as
     its "traceback") instead of "To enable traceback see ..."."""
-    from .runtime.launch import ERROR_FILE_ENV
+    from graphprep.trainer.runtime.launch import ERROR_FILE_ENV
     ours = os.environ.get(ERROR_FILE_ENV)
     if ours:
         try:
@@ -440,8 +440,8 @@ def _tell_launcher(line: str) -> None:
 
 
 def _train(cfg) -> dict:
-    from .runtime.rendezvous import RankEnv
-    from .train import run_rank
+    from graphprep.trainer.runtime.rendezvous import RankEnv
+    from graphprep.trainer.train import run_rank
     return run_rank(cfg, RankEnv.from_env())
 
 

@@ -23,29 +23,29 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from graphprep.formats.console import show_progress
-from graphprep.formats.memory import peak_rss_bytes
+from graphprep.pipeline.core.console import show_progress
+from graphprep.pipeline.core.memory import peak_rss_bytes
 from graphprep.formats.partitioned import load_partitioned
 
-from .batch import DenseInputs
-from .config import TrainConfig, target_etype, target_type
-from .data.embeddings import (EmbeddingTable, SparseEmbeddings, TableRoute,
+from graphprep.trainer.batch import DenseInputs
+from graphprep.trainer.config import TrainConfig, target_etype, target_type
+from graphprep.trainer.data.embeddings import (EmbeddingTable, SparseEmbeddings, TableRoute,
                               featureless_types, register_meta)
-from .data.features import LOG_DEGREE, FeatureFetcher, HaloCache, add_log_degree
-from .data.link_data import without_held_out
-from .data.loader import NodeLoader, rank_seeds
-from .data.sparse import SparseRows
-from .models import registry
-from .models.contract import LinkModel
-from .models.scorer import make_scorer
-from .models.spec import ModelSpec, model_spec
-from .runtime import rendezvous
-from .runtime.health import where
-from .runtime.outputs import write_json_atomic
-from .sampling.dist_sampler import DistNeighborSampler
-from .sampling.partition import ORIG_ID, LocalPart
-from .sampling.service import PartServer, RpcTransport, serve
-from .sampling.timing import PHASES, Breakdown
+from graphprep.trainer.data.features import LOG_DEGREE, FeatureFetcher, HaloCache, add_log_degree
+from graphprep.trainer.data.link_data import without_held_out
+from graphprep.trainer.data.loader import NodeLoader, rank_seeds
+from graphprep.trainer.data.sparse import SparseRows
+from graphprep.trainer.models import registry
+from graphprep.trainer.models.contract import LinkModel
+from graphprep.trainer.models.scorer import make_scorer
+from graphprep.trainer.models.spec import ModelSpec, model_spec
+from graphprep.trainer.runtime import rendezvous
+from graphprep.trainer.runtime.health import where
+from graphprep.trainer.runtime.outputs import write_json_atomic
+from graphprep.trainer.sampling.dist_sampler import DistNeighborSampler
+from graphprep.trainer.sampling.partition import ORIG_ID, LocalPart
+from graphprep.trainer.sampling.service import PartServer, RpcTransport, serve
+from graphprep.trainer.sampling.timing import PHASES, Breakdown
 
 log = logging.getLogger("graphprep.trainer")
 
@@ -222,7 +222,7 @@ def build_model(rank: Rank, first_batch=None):
     unused = find_unused(model, user, spec, cfg.model,
                          batch if batch is not None else first_batch)
     if first_batch is not None:
-        from .train import rpc_counters
+        from graphprep.trainer.train import rpc_counters
         rpc_counters(rank)          # epoch 0 counts its own traffic and time, not the probe's
         rank.breakdown.take()
     where.at("the model broadcast")

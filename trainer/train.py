@@ -15,16 +15,16 @@ from dataclasses import asdict
 import torch
 import torch.distributed as dist
 
-from .config import TrainConfig
-from .loop import UNUSED_HINT, build_model, epoch_record, join, report, summarize
-from .models.registry import ModelError, model_frame
-from .runtime import rendezvous
-from .runtime.checkpoint import (BEST, NAME, CheckpointInfo, load_checkpoint,
+from graphprep.trainer.config import TrainConfig
+from graphprep.trainer.loop import UNUSED_HINT, build_model, epoch_record, join, report, summarize
+from graphprep.trainer.models.registry import ModelError, model_frame
+from graphprep.trainer.runtime import rendezvous
+from graphprep.trainer.runtime.checkpoint import (BEST, NAME, CheckpointInfo, load_checkpoint,
                                  load_embedding_shard, save_checkpoint, save_embedding_shard)
-from .runtime.health import EVALUATION, where
-from .sampling.dist_sampler import mix_seed
-from .tasks.link import LinkTask
-from .tasks.node import NodeTask
+from graphprep.trainer.runtime.health import EVALUATION, where
+from graphprep.trainer.sampling.dist_sampler import mix_seed
+from graphprep.trainer.tasks.link import LinkTask
+from graphprep.trainer.tasks.node import NodeTask
 
 log = logging.getLogger("graphprep.trainer")
 

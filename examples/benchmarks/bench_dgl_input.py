@@ -53,7 +53,7 @@ import numpy as np  # noqa: E402
 from common import (MB, fresh_cluster, parse_args, run_baseline, sampled_peaks_mb,  # noqa: E402
                     start_memory_sampler, worker_peak_rss_mb, worker_rss_now_mb)
 from dgl_writer import dgl_chunk_graph  # noqa: E402
-from graphprep.formats.memory import status_counters  # noqa: E402
+from graphprep.pipeline.core.memory import status_counters  # noqa: E402
 
 PANDAS_MISSING = ("bench_dgl_input.py needs pandas for DGL's own array readers (the baseline): "
                   "pip install -c constraints.txt '.[bench]' (from the project root)")
@@ -97,7 +97,7 @@ BASELINE = """
 import json, os, sys, time
 sys.path.insert(0, {here!r})
 from common import MB
-from graphprep.pipeline.cluster import peak_rss_bytes
+from graphprep.pipeline.core.cluster import peak_rss_bytes
 import numpy as np
 from dgl_array_readwriter import get_array_parser
 floor = peak_rss_bytes()
@@ -127,7 +127,7 @@ DISPATCH_EDGES = """
 import json, os, sys, time
 sys.path.insert(0, {here!r})
 from common import MB
-from graphprep.pipeline.cluster import peak_rss_bytes
+from graphprep.pipeline.core.cluster import peak_rss_bytes
 import numpy as np
 from dgl_array_readwriter import read_edge_file_as_dispatch
 floor = peak_rss_bytes()

@@ -39,7 +39,7 @@ from common import (fresh_cluster, run_baseline, sampled_peaks_mb,  # noqa: E402
 
 from gconstruct_peer import run_gconstruct  # noqa: E402
 
-from graphprep.pipeline.arrayops import mix  # noqa: E402
+from graphprep.pipeline.core.arrayops import mix  # noqa: E402
 
 BLOCK = 1 << 20
 HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)

@@ -76,7 +76,7 @@ n = {n}
 CSR = """
 keep = src != dst
 keys = np.concatenate([src[keep] * n + dst[keep], dst[keep] * n + src[keep]])
-keys.sort()  # sort + mask: numpy 2.4's np.unique is ~100x slower (see pipeline/arrayops.py)
+keys.sort()  # sort + mask: numpy 2.4's np.unique is ~100x slower (see pipeline/core/arrayops.py)
 keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
 del src, dst, keep, tables
 row, col = keys // n, keys % n

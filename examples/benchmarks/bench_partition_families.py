@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import parse_args  # noqa: E402
 from graphprep.formats import load_chunked_graph  # noqa: E402
 from graphprep.pipeline import api  # noqa: E402
-from graphprep.pipeline.cluster import local_runner  # noqa: E402
+from graphprep.pipeline.core.cluster import local_runner  # noqa: E402
 from graphprep.pipeline.partition.base import PartitionOptions  # noqa: E402
 from graphprep.pipeline.partition.metis_method import MetisPartitioner, edge_cut  # noqa: E402
 from graphprep.pipeline.partition.multilevel import MultilevelPartitioner  # noqa: E402

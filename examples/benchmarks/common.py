@@ -13,8 +13,8 @@ import threading
 import time
 from contextlib import contextmanager
 
-from graphprep.formats.memory import status_counters
-from graphprep.pipeline.cluster import ClusterOptions, peak_rss_bytes
+from graphprep.pipeline.core.memory import status_counters
+from graphprep.pipeline.core.cluster import ClusterOptions, peak_rss_bytes
 
 MB = 1 << 20
 
@@ -65,7 +65,7 @@ def fresh_cluster(workers: int = 2):
     import dask
     from distributed import Client
 
-    from graphprep.pipeline.cluster import AUTO_RECYCLE_MB, RECYCLE_MB_KEY, local_cluster
+    from graphprep.pipeline.core.cluster import AUTO_RECYCLE_MB, RECYCLE_MB_KEY, local_cluster
 
     # The step connects by address, where --recycle-mb's "auto" means never: this cluster is
     # this process's own, like the embedded one, so it gets the embedded default (a
@@ -131,7 +131,7 @@ class WorkerMemorySampler(PeriodicSampler):
     ``interval_s``: per process the peak *anonymous* memory (``RssAnon``: heap, numpy
     arrays), the peak file-backed resident pages (``RssFile + RssShmem``: memory-mapped
     files, which the kernel can drop and reread, and shared libraries) and ``VmHWM``. From
-    outside, so that a worker restarted between passes (``graphprep.pipeline.recycle``) keeps its
+    outside, so that a worker restarted between passes (``graphprep.pipeline.core.recycle``) keeps its
     figures and its successor is found (the process list is refreshed every ``refresh_s``
     and whenever a process has gone)."""
 
@@ -216,7 +216,7 @@ def timer():
 
 def run_baseline(code: str) -> dict:
     """Run ``code`` in a fresh Python; it must print a JSON dict. Adds its peak RSS (MB)."""
-    wrapper = code + "\nimport json as _j\nfrom graphprep.pipeline.cluster import peak_rss_bytes\n" \
+    wrapper = code + "\nimport json as _j\nfrom graphprep.pipeline.core.cluster import peak_rss_bytes\n" \
         "print(_j.dumps({**RESULT, 'peak_rss_mb': peak_rss_bytes() / 2**20}))"
     out = subprocess.run([sys.executable, "-c", wrapper], check=True, capture_output=True,
                          text=True).stdout

@@ -48,8 +48,8 @@ EOF
 
 step "CUDA tests"
 timeout 180 "$PY" -m pytest -q -p no:cacheprovider -k cuda --timeout 120 \
-  tests/test_sampler.py tests/test_dist_sampler.py tests/test_edge_feat.py \
-  tests/test_link_metrics.py tests/test_sparse_trainer.py tests/test_network.py \
+  tests/trainer/test_sampler.py tests/trainer/test_dist_sampler.py tests/trainer/test_edge_feat.py \
+  tests/trainer/test_link_metrics.py tests/trainer/test_sparse_trainer.py tests/core/test_network.py \
   2>&1 | tee "$L/pytest_cuda.log" | tail -25
 
 step "Cora on the GPU"

@@ -63,7 +63,7 @@ class PeakRunner:
 
 
 def _anon_mb() -> float:
-    from graphprep.formats.memory import anon_bytes
+    from graphprep.pipeline.core.memory import anon_bytes
     return anon_bytes() / 2**20
 
 
@@ -124,7 +124,7 @@ class _Sampled:
 
 class SampledRunner:
     """A cluster runner whose tasks each record their worker's memory (:class:`_Sampled`),
-    fetched after every pass: a worker restarted before the next one (``graphprep.pipeline.recycle``)
+    fetched after every pass: a worker restarted before the next one (``graphprep.pipeline.core.recycle``)
     takes nothing with it."""
 
     def __init__(self, runner):
@@ -158,7 +158,7 @@ def on_workers(args, graph, partitioner, options) -> dict:
     """The partition on ``args.workers`` fresh workers; per pass the largest sampled peak."""
     from distributed import Client
 
-    from graphprep.pipeline.cluster import TaskRunner, local_cluster
+    from graphprep.pipeline.core.cluster import TaskRunner, local_cluster
 
     with local_cluster(args.workers) as cluster, Client(cluster) as client, \
             tempfile.TemporaryDirectory(dir=os.getcwd()) as out:

@@ -9,11 +9,11 @@ import shutil
 
 from graphprep.formats import FormatError
 from graphprep.formats.output import AtomicOutput, fingerprint, make_manifest
-from ..cluster import ClusterOptions, TaskRunner, dask_client
+from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client
 from graphprep.formats.guard import guarded_output
-from ..step import finish_chunked, up_to_date
-from .options import ChunkOptions
-from .writer import Transforms, convert_source
+from graphprep.pipeline.core.step import finish_chunked, up_to_date
+from graphprep.pipeline.convert.options import ChunkOptions
+from graphprep.pipeline.convert.writer import Transforms, convert_source
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +22,9 @@ KINDS = ("auto", "tables", "csv", "parquet", "npy", "ogb", "planetoid", "pyg", "
 
 def detect_kind(path: str) -> str:
     """Guess the input kind from what ``path`` holds."""
-    from .edgelist import is_edge_file
-    from .ogb import is_ogb
-    from .pyg import processed_file
+    from graphprep.pipeline.convert.edgelist import is_edge_file
+    from graphprep.pipeline.convert.ogb import is_ogb
+    from graphprep.pipeline.convert.pyg import processed_file
 
     if not os.path.exists(path):
         raise FormatError("input not found", file=path)
@@ -61,7 +61,7 @@ def build_source(path: str, kind: str, opts: ChunkOptions, out: str, staging: st
                  nan_policy: str):
     """The :class:`SourceGraph` of an input of ``kind`` (keyed edge lists are mapped here,
     their maps written under ``out``)."""
-    from . import arrays_in, dgl, edgelist, ogb, planetoid, pyg
+    from graphprep.pipeline.convert import arrays_in, dgl, edgelist, ogb, planetoid, pyg
 
     if kind in ("csv", "parquet"):
         folder = os.path.isdir(path) and os.path.isdir(os.path.join(path, "edges"))
@@ -103,8 +103,8 @@ def run_chunk(path: str, out: str, kind: str, opts: ChunkOptions, transforms: Tr
     inputs = [path, *opts.node_data.values()] if config is None else []
     tables = None
     if kind == "tables":
-        from ..tables.config import load_config
-        from ..tables.parts import input_files
+        from graphprep.pipeline.tables.config import load_config
+        from graphprep.pipeline.tables.parts import input_files
         tables = load_config(path, config)
         inputs += input_files([f for s in tables.nodes + tables.edges for f in s.files])
         if config is not None:
@@ -121,13 +121,13 @@ def run_chunk(path: str, out: str, kind: str, opts: ChunkOptions, transforms: Tr
             staging = os.path.join(tmp, "_staging")
             log.info("reading %s as %s", path, kind)
             if tables is not None:
-                from .tables_in import from_config
+                from graphprep.pipeline.convert.tables_in import from_config
                 source = from_config(tables, opts, tmp, staging, runner, nan_policy)
             else:
                 source = build_source(path, kind, opts, tmp, staging, runner, nan_policy)
             graph = convert_source(source, tmp, opts.chunk_size, transforms, runner)
             if kind == "ogb":
-                from .ogb import check_edge_count
+                from graphprep.pipeline.convert.ogb import check_edge_count
                 check_edge_count(path, sum(graph.num_edges.values()))
             shutil.rmtree(staging, ignore_errors=True)
             graph = finish_chunked(graph, tmp, manifest, runner, nan_policy)

@@ -16,7 +16,7 @@ import numpy as np
 
 from graphprep.formats import ChunkFiles, EdgeType, read_edge_chunk
 from graphprep.formats.output import save_npy, write_edge_chunk
-from ..arrayops import unique_ints
+from graphprep.pipeline.core.arrayops import unique_ints
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 

@@ -12,7 +12,7 @@ import logging
 import numpy as np
 
 from graphprep.formats import load_chunked_graph, validate_chunked_graph
-from .sources import ChunkedArray, ChunkFileEdges, EdgeSource, SourceGraph
+from graphprep.pipeline.convert.sources import ChunkedArray, ChunkFileEdges, EdgeSource, SourceGraph
 
 log = logging.getLogger(__name__)
 

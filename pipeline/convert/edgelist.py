@@ -17,9 +17,9 @@ import zlib
 from graphprep.formats import ChunkFiles, EdgeType, FormatError
 from graphprep.formats.arrays import _parquet_file
 from graphprep.formats.storage import open_file
-from ..tables.parts import COMPRESSED, byte_ranges, row_group_runs, strip_compression
-from .options import ChunkOptions
-from .sources import (ArraySource, ChunkedArray, CsvArray, CsvColumns, CsvRange, CsvStream,
+from graphprep.pipeline.tables.parts import COMPRESSED, byte_ranges, row_group_runs, strip_compression
+from graphprep.pipeline.convert.options import ChunkOptions
+from graphprep.pipeline.convert.sources import (ArraySource, ChunkedArray, CsvArray, CsvColumns, CsvRange, CsvStream,
                       EdgePart, EdgeSource, NpyArray, ParquetEdges, ScipyNpzArray, SourceGraph,
                       is_decompress_error, truncated)
 
@@ -134,7 +134,7 @@ def from_edge_file(path: str, opts: ChunkOptions) -> SourceGraph:
         node_data[key.split("/")[-1]] = array_source(file)
     n = opts.num_nodes.get("") or opts.num_nodes.get(HOMO_NODE)
     if n is None and not node_data:
-        from .keyed import _no_rows, edge_files
+        from graphprep.pipeline.convert.keyed import _no_rows, edge_files
         files = edge_files(path)
         if files and all(_no_rows(f, opts) for f in files):
             # named here, by the user's file: the writer's check names no file
@@ -174,7 +174,7 @@ def keyed_source(path: str, folder: bool, opts: ChunkOptions, out: str, staging:
                  runner) -> SourceGraph | None:
     """The edge list mapped from keys (``graphprep.pipeline.convert.keyed``) when its endpoints hold
     strings or ``--map-keys`` is given; None for plain integer IDs."""
-    from . import keyed
+    from graphprep.pipeline.convert import keyed
 
     entries = edge_type_entries(path) if folder else [(HOMO_EDGE, path)]
     files = [(et, keyed.edge_files(p)) for et, p in entries]

@@ -20,12 +20,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from graphprep.formats import EdgeType, FormatError
-from ..keys.hashing import parse_integer_keys
-from ..keys.job import EdgeTable
-from ..tables.parts import (CsvTableRange, CsvTableStream, TableFormat, csv_format, is_parquet,
+from graphprep.pipeline.keys.hashing import parse_integer_keys
+from graphprep.pipeline.keys.job import EdgeTable
+from graphprep.pipeline.tables.parts import (CsvTableRange, CsvTableStream, TableFormat, csv_format, is_parquet,
                             parquet_columns, table_parts)
-from .options import ChunkOptions
-from .sources import SourceGraph
+from graphprep.pipeline.convert.options import ChunkOptions
+from graphprep.pipeline.convert.sources import SourceGraph
 
 
 def _names(path: str, opts: ChunkOptions) -> tuple[str, str, TableFormat | None,
@@ -106,7 +106,7 @@ def _with_integers(part, integers: tuple[str, ...]):
 
 
 def _has_header(path: str, opts: ChunkOptions) -> bool:
-    from .edgelist import csv_columns
+    from graphprep.pipeline.convert.edgelist import csv_columns
     return csv_columns(path, opts).header
 
 
@@ -126,7 +126,7 @@ def _pick(wanted: str | None, default: str, names: list[str], fallback: int, pat
 
 
 def _empty_csv(path: str, opts: ChunkOptions) -> bool:
-    from .edgelist import csv_columns
+    from graphprep.pipeline.convert.edgelist import csv_columns
     return not is_parquet(path) and csv_columns(path, opts) is None
 
 
@@ -134,7 +134,7 @@ def _no_rows(path: str, opts: ChunkOptions) -> bool:
     """Whether a CSV holds no data row: empty, or a header line only."""
     if is_parquet(path):
         return False
-    from .edgelist import csv_columns
+    from graphprep.pipeline.convert.edgelist import csv_columns
     columns = csv_columns(path, opts)
     if columns is None:
         return True
@@ -187,7 +187,7 @@ def keyed_source(name: str, tables: list[EdgeTable], opts: ChunkOptions, out: st
                  staging: str, runner, inputs: tuple[str, ...]) -> SourceGraph:
     """Map the keys of ``tables`` and return their edges as a :class:`SourceGraph` of IDs,
     with the node counts the mapping found and its maps (written under ``out``)."""
-    from .tables_in import tables_source
+    from graphprep.pipeline.convert.tables_in import tables_source
     if opts.num_nodes:
         raise FormatError("--num-nodes does not apply to keyed edges: the keys that appear "
                           "are the nodes", field="--num-nodes")
@@ -195,7 +195,7 @@ def keyed_source(name: str, tables: list[EdgeTable], opts: ChunkOptions, out: st
 
 
 def edge_files(path: str) -> list[str]:
-    from .edgelist import is_edge_file
+    from graphprep.pipeline.convert.edgelist import is_edge_file
     if os.path.isdir(path):
         return sorted(os.path.join(path, f) for f in os.listdir(path) if is_edge_file(f))
     return [path]

@@ -16,9 +16,9 @@ import warnings
 import numpy as np
 
 from graphprep.formats import EdgeType, FormatError
-from ..arrayops import unique_ints
-from .arrays_in import edge_index_parts, stage
-from .sources import EdgeSource, SourceGraph
+from graphprep.pipeline.core.arrayops import unique_ints
+from graphprep.pipeline.convert.arrays_in import edge_index_parts, stage
+from graphprep.pipeline.convert.sources import EdgeSource, SourceGraph
 
 PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph")
 

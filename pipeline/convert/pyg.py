@@ -21,8 +21,8 @@ import numpy as np
 
 from graphprep.formats import EdgeType, FormatError
 from graphprep.formats.sparse import CsrRows, index_dtype
-from .arrays_in import edge_index_parts, split_edge_index, stage
-from .sources import EdgeSource, SourceGraph
+from graphprep.pipeline.convert.arrays_in import edge_index_parts, split_edge_index, stage
+from graphprep.pipeline.convert.sources import EdgeSource, SourceGraph
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from graphprep.formats.schema import ChunkRecord
 from graphprep.formats.output import write_array_chunk, write_edge_chunk
 from graphprep.formats.validate import check_ids
 from graphprep.formats.sparse import as_rows, concat_rows
-from .sources import ArraySource, EdgePart, SourceGraph
+from graphprep.pipeline.convert.sources import ArraySource, EdgePart, SourceGraph
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +228,7 @@ def convert_source(source: SourceGraph, out: str, chunk_size: int, transforms: T
                    runner) -> ChunkedGraph:
     """Write ``source`` into the (temporary) folder ``out``; returns the graph's metadata.
 
-    ``runner(fn, items, desc)`` runs tasks (a :class:`graphprep.pipeline.cluster.TaskRunner`).
+    ``runner(fn, items, desc)`` runs tasks (a :class:`graphprep.pipeline.core.cluster.TaskRunner`).
     """
     num_nodes, node_chunks, node_data = _write_node_data(source, out, chunk_size, runner)
     reverse = reverse_types(source, transforms)
@@ -271,7 +271,7 @@ def convert_source(source: SourceGraph, out: str, chunk_size: int, transforms: T
         edge_chunks[et] = tuple(rows for _, rows in pieces)
         edges[et], edge_data[et] = files, data_files
     if transforms.dedupe:
-        from .dedupe import dedupe_edge_type
+        from graphprep.pipeline.convert.dedupe import dedupe_edge_type
         for et in edge_types:
             if edge_data.get(et):
                 raise FormatError("--dedupe with edge data is not supported (which copy's data "

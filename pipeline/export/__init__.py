@@ -19,9 +19,9 @@ from graphprep.formats.output import (MANIFEST, AtomicOutput, fingerprint, link_
 from graphprep.formats.partitioned import GRAPH_JSON, load_partitioned
 from graphprep.formats.schema import METADATA
 from graphprep.formats.storage import is_url
-from graphprep.pipeline.cluster import ClusterOptions, TaskRunner, dask_client
+from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client
 from graphprep.formats.guard import guarded_output
-from graphprep.pipeline.step import up_to_date
+from graphprep.pipeline.core.step import up_to_date
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,10 @@ def run_export(source: str, out: str, to: str, cluster: ClusterOptions,
         raise FormatError(f"unknown export target {to!r} (one of {', '.join(TARGETS)})",
                           field="--to")
     if to == "dgl":
-        from .dgl import require_dgl
+        from graphprep.pipeline.export.dgl import require_dgl
         require_dgl()                  # before anything is read, started or written
     if to == "pyg":
-        from .pyg import require_torch
+        from graphprep.pipeline.export.pyg import require_torch
         require_torch()
     if is_url(source):
         kind = "chunked" if to in CHUNKED_TARGETS else "partitioned"
@@ -131,10 +131,10 @@ def _load_parts(partitioned: str):
 def _exporter(to: str):
     """The function that writes target ``to``: ``(graph, tmp folder, runner) -> counts``."""
     if to == "dgl":
-        from .dgl import export_dgl
+        from graphprep.pipeline.export.dgl import export_dgl
         return export_dgl
     if to == "dgl-chunked":
-        from .dgl_chunked import export_dgl_chunked
+        from graphprep.pipeline.export.dgl_chunked import export_dgl_chunked
         return export_dgl_chunked
-    from .pyg import export_pyg
+    from graphprep.pipeline.export.pyg import export_pyg
     return export_pyg

@@ -15,7 +15,7 @@ import numpy as np
 from graphprep.formats import EdgeType, FormatError
 from graphprep.formats.partitioned import PartitionedGraph
 from graphprep.formats.sparse import CSR, load_csr
-from graphprep.pipeline.arrayops import unique_ints
+from graphprep.pipeline.core.arrayops import unique_ints
 
 
 @dataclass(frozen=True)

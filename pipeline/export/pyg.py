@@ -33,8 +33,8 @@ import numpy as np
 from graphprep.formats import EdgeType
 from graphprep.formats.partitioned import PartitionedGraph
 
-from .parts import PartView
-from .requires import import_in_task, require
+from graphprep.pipeline.export.parts import PartView
+from graphprep.pipeline.export.requires import import_in_task, require
 
 TORCH_MISSING = "--to pyg writes torch files and needs torch (pip install -c constraints.txt torch)"
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphprep.formats import FormatError
-from ..arrayops import mix
+from graphprep.pipeline.core.arrayops import mix
 
 ROWS_PER_PASS = 1 << 16
 _P = np.uint64(0x100000001B3)               # FNV's 64-bit prime: the polynomial's base

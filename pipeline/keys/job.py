@@ -29,11 +29,11 @@ import pyarrow.parquet as pq
 
 from graphprep.formats import EdgeType, FormatError
 from graphprep.formats.schema import KeyMap
-from ..tables.parts import TablePart
-from .numbering import BucketCount, BucketTask, FinishTask, PieceRef, count_bucket, \
+from graphprep.pipeline.tables.parts import TablePart
+from graphprep.pipeline.keys.numbering import BucketCount, BucketTask, FinishTask, PieceRef, count_bucket, \
     finish_bucket
-from .pieces import KeyColumn, PieceResult, PieceTask, write_pieces
-from .translate import SideRef, TranslateTask, translate_part
+from graphprep.pipeline.keys.pieces import KeyColumn, PieceResult, PieceTask, write_pieces
+from graphprep.pipeline.keys.translate import SideRef, TranslateTask, translate_part
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from graphprep.formats import ChunkedGraph, FormatError
-from .hashing import bucket_of, key_hash, normalize_keys
+from graphprep.pipeline.keys.hashing import bucket_of, key_hash, normalize_keys
 
 
 def _keymap(graph: ChunkedGraph, ntype: str):

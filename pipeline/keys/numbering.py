@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from graphprep.formats import FormatError
 from graphprep.formats.output import writing
-from .pieces import read_batch, write_batches
+from graphprep.pipeline.keys.pieces import read_batch, write_batches
 
 SORT = [("hash", "ascending"), ("key", "ascending")]
 

@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 
 from graphprep.formats import FormatError
 from graphprep.formats.output import writing
-from ..tables.parts import TablePart
-from .hashing import bucket_of, is_text, key_hash, key_kind, normalize_keys
+from graphprep.pipeline.tables.parts import TablePart
+from graphprep.pipeline.keys.hashing import bucket_of, is_text, key_hash, key_kind, normalize_keys
 
 PIECE_SCHEMA_FIELDS = ("key", "hash", "row")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphprep.formats.output import save_npy
-from .pieces import read_batch
+from graphprep.pipeline.keys.pieces import read_batch
 
 
 @dataclass(frozen=True)

@@ -15,17 +15,17 @@ import numpy as np
 from graphprep.formats import load_chunked_graph
 from graphprep.formats.assignment import AssignmentMeta, load_assignment, write_meta
 from graphprep.formats.output import AtomicOutput, MANIFEST, fingerprint, make_manifest, write_json
-from ..cluster import ClusterOptions, TaskRunner, dask_client
+from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client
 from graphprep.formats.guard import OutputLock, guarded_output
-from ..step import up_to_date
-from .auto import choose_for
-from .base import PartitionOptions, default_balance
-from .kaminpar_method import KaminparPartitioner
-from .metis_method import MetisPartitioner
-from .multilevel import MultilevelPartitioner
-from .random_method import RandomPartitioner
-from ..workload import made_with, work_warnings
-from .stats import combined_imbalance, format_table, partition_stats
+from graphprep.pipeline.core.step import up_to_date
+from graphprep.pipeline.partition.auto import choose_for
+from graphprep.pipeline.partition.base import PartitionOptions, default_balance
+from graphprep.pipeline.partition.kaminpar_method import KaminparPartitioner
+from graphprep.pipeline.partition.metis_method import MetisPartitioner
+from graphprep.pipeline.partition.multilevel import MultilevelPartitioner
+from graphprep.pipeline.partition.random_method import RandomPartitioner
+from graphprep.pipeline.workload import made_with, work_warnings
+from graphprep.pipeline.partition.stats import combined_imbalance, format_table, partition_stats
 
 log = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import importlib.util
 
-from ..estimate import (METIS_BYTES_PER_EDGE, kaminpar_peak_bytes,  # noqa: F401 (tests, bench)
+from graphprep.pipeline.estimate import (METIS_BYTES_PER_EDGE, kaminpar_peak_bytes,  # noqa: F401 (tests, bench)
                         metis_peak_bytes)
-from .base import num_constraints
-from .multilevel.budget import worker_memory_bytes
+from graphprep.pipeline.partition.base import num_constraints
+from graphprep.pipeline.partition.multilevel.budget import worker_memory_bytes
 
 log = logging.getLogger(__name__)
 

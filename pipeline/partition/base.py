@@ -10,8 +10,8 @@ import numpy as np
 
 from graphprep.formats import ChunkedGraph, FormatError
 from graphprep.formats.schema import METADATA
-from ..convert.sources import open_field
-from .weights import counts_combined
+from graphprep.pipeline.convert.sources import open_field
+from graphprep.pipeline.partition.weights import counts_combined
 
 BALANCE_KEYS = ("ntypes", "train", "edges")
 # The default --balance of metis, multilevel, kaminpar and auto: a part's work in sampling and

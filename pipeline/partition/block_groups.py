@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .metis_capi import part_graph
-from .rebalance import loads_of
+from graphprep.pipeline.partition.metis_capi import part_graph
+from graphprep.pipeline.partition.rebalance import loads_of
 
 SLICE = 1 << 22              # adjacency entries read at a time (8 B each per temporary)
 

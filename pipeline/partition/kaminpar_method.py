@@ -41,14 +41,14 @@ import shutil
 import numpy as np
 
 from graphprep.formats import ChunkedGraph
-from ..export.requires import import_in_task, require
-from .base import PartitionOptions
-from .block_groups import group_blocks
-from .metis_method import (OBJECTIVES, MetisTask, check_whole_graph_options, enforce_balance,
+from graphprep.pipeline.export.requires import import_in_task, require
+from graphprep.pipeline.partition.base import PartitionOptions
+from graphprep.pipeline.partition.block_groups import group_blocks
+from graphprep.pipeline.partition.metis_method import (OBJECTIVES, MetisTask, check_whole_graph_options, enforce_balance,
                            save_parts, symmetric_csr, vertex_weights)
-from .parhip import mapped_adjacency, write_parhip
-from .rebalance import loads_of
-from .weights import balance_keys, combined_weight
+from graphprep.pipeline.partition.parhip import mapped_adjacency, write_parhip
+from graphprep.pipeline.partition.rebalance import loads_of
+from graphprep.pipeline.partition.weights import balance_keys, combined_weight
 
 KAMINPAR_MISSING = ("--method kaminpar needs KaMinPar's Python bindings (a dependency of "
                     "graphprep): pip install kaminpar")

@@ -28,12 +28,12 @@ import numpy as np
 from graphprep.formats import ChunkedGraph, FormatError, read_edge_chunk
 from graphprep.formats.output import save_npy
 from graphprep.formats.validate import read_checked_edges
-from ..arrayops import unique_ints
-from ..convert.sources import open_field
-from .base import PartitionOptions, require_a_node_per_part
-from .metis_capi import part_graph
-from .rebalance import rebalance
-from .weights import balance_keys, constraint_columns
+from graphprep.pipeline.core.arrayops import unique_ints
+from graphprep.pipeline.convert.sources import open_field
+from graphprep.pipeline.partition.base import PartitionOptions, require_a_node_per_part
+from graphprep.pipeline.partition.metis_capi import part_graph
+from graphprep.pipeline.partition.rebalance import rebalance
+from graphprep.pipeline.partition.weights import balance_keys, constraint_columns
 
 OBJECTIVES = {"cut": 0, "vol": 1}
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from graphprep.formats import ChunkedGraph, FormatError
 from graphprep.formats.schema import METADATA
-from .base import PartitionOptions, create_assignment_files
-from .permutation import FeistelPermutation
+from graphprep.pipeline.partition.base import PartitionOptions, create_assignment_files
+from graphprep.pipeline.partition.permutation import FeistelPermutation
 
 SLICE = 1 << 22
 

@@ -32,10 +32,10 @@ from graphprep.formats.partitioned import GRAPH_JSON, load_partitioned
 from graphprep.formats.assignment import META as ASSIGNMENT_META
 from graphprep.formats.schema import METADATA
 
-from .. import inspect as inspect_mod
-from ..cluster import ClusterOptions, TaskRunner, dask_client
-from . import plots
-from .profile import profile_partitioned
+from graphprep.pipeline import inspect as inspect_mod
+from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client
+from graphprep.pipeline.report import plots
+from graphprep.pipeline.report.profile import profile_partitioned
 
 GENERATOR = '<meta name="generator" content="graphprep prep report">'
 STYLE = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}

@@ -14,7 +14,7 @@ import numpy as np
 
 from graphprep.formats.partitioned import PartitionedGraph
 
-from ..export.parts import PartView
+from graphprep.pipeline.export.parts import PartView
 
 DEGREE_BINS = 64          # bin b holds degrees in [2^(b-1), 2^b); bin 0 holds degree 0
 

@@ -23,10 +23,10 @@ import pyarrow.compute as pc
 from graphprep.formats import FormatError
 from graphprep.formats.output import save_npy, write_array_chunk
 from graphprep.formats.sparse import csr_from_lists, is_csr
-from ..arrayops import mix
-from .config import SPLIT_NAMES, FieldSpec, SplitSpec
-from ..keys.pieces import read_part
-from .parts import TablePart
+from graphprep.pipeline.core.arrayops import mix
+from graphprep.pipeline.tables.config import SPLIT_NAMES, FieldSpec, SplitSpec
+from graphprep.pipeline.keys.pieces import read_part
+from graphprep.pipeline.tables.parts import TablePart
 
 MAX_VOCABULARY = 1 << 20
 MAX_ONE_HOT = 1024
@@ -161,7 +161,7 @@ def encode_fields(task: EncodeTask, table: pa.Table) -> dict:
 def edge_split_masks(task: EncodeTask, src: np.ndarray, dst: np.ndarray) -> dict:
     """The link split's masks of kept edges ``src -> dst`` (IDs), drawn by their endpoints
     as ``prep split-edges`` draws them."""
-    from ..split_edges import MASKS, split_codes
+    from graphprep.pipeline.split_edges import MASKS, split_codes
     codes = split_codes(task.edge_split, src, dst)
     return {name: codes == code for code, name in enumerate(MASKS)}
 

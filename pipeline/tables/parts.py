@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from graphprep.formats import FormatError
 from graphprep.formats.arrays import _parquet_file
 from graphprep.formats.storage import is_url, open_file, size
-from ..convert.sources import (STREAM_BLOCK_BYTES, collect_rows, csv_parse_error,
+from graphprep.pipeline.convert.sources import (STREAM_BLOCK_BYTES, collect_rows, csv_parse_error,
                                is_decompress_error, read_line_range, truncated)
 
 CSV_SUFFIXES = (".csv", ".tsv", ".txt")

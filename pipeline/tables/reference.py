@@ -2,7 +2,7 @@
 
     python -m graphprep.pipeline.tables.reference > docs/tables-config.md
 
-``tests/test_tables_options.py`` fails when the file differs from what this prints, so the
+``tests/steps/test_tables_options.py`` fails when the file differs from what this prints, so the
 reference lists every key the loader accepts, no more.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from .config import SCHEMA
+from graphprep.pipeline.tables.config import SCHEMA
 
 HEADER = """# Tables config reference
 

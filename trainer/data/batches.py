@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from ..batch import Batch, Layer
-from ..sampling.dist_sampler import Block
-from ..sampling.partition import ORIG_ID
+from graphprep.trainer.batch import Batch, Layer
+from graphprep.trainer.sampling.dist_sampler import Block
+from graphprep.trainer.sampling.partition import ORIG_ID
 
 
 

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..sampling.dist_sampler import split_by_owner
-from ..sampling.partition import LocalPart, PartitionBook
-from ..sampling.service import Transport
-from .features import EMBEDDING, FeatureFetcher
+from graphprep.trainer.sampling.dist_sampler import split_by_owner
+from graphprep.trainer.sampling.partition import LocalPart, PartitionBook
+from graphprep.trainer.sampling.service import Transport
+from graphprep.trainer.data.features import EMBEDDING, FeatureFetcher
 
 INIT_CHUNK = 1 << 16     # rows hashed at once at init: holds chunk x dim x 8 B
 BETAS, EPS = (0.9, 0.999), 1e-8     # Adam's defaults (torch.optim.SparseAdam's)

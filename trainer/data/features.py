@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..sampling.dist_sampler import split_by_owner
-from ..sampling.partition import LocalPart, PartitionBook, is_sparse_spec
-from ..sampling.service import PartServer, Transport, take_rows
-from ..models.spec import CONSTANT_INPUT, data_width
-from ..sampling.timing import Breakdown
-from .sparse import SparseRows, is_sparse
+from graphprep.trainer.sampling.dist_sampler import split_by_owner
+from graphprep.trainer.sampling.partition import LocalPart, PartitionBook, is_sparse_spec
+from graphprep.trainer.sampling.service import PartServer, Transport, take_rows
+from graphprep.trainer.models.spec import CONSTANT_INPUT, data_width
+from graphprep.trainer.sampling.timing import Breakdown
+from graphprep.trainer.data.sparse import SparseRows, is_sparse
 
 if TYPE_CHECKING:
-    from .embeddings import TableRoute
+    from graphprep.trainer.data.embeddings import TableRoute
 
 
 LOG_DEGREE = "__log_degree"     # node data added at load by add_log_degree

@@ -16,9 +16,9 @@ import torch
 
 from graphprep.formats import EdgeType
 
-from ..config import LINK_MASKS, masked_etypes
-from ..sampling.edge_keys import edge_keys
-from ..sampling.partition import LocalPart
+from graphprep.trainer.config import LINK_MASKS, masked_etypes
+from graphprep.trainer.sampling.edge_keys import edge_keys
+from graphprep.trainer.sampling.partition import LocalPart
 
 SPLITS = ("train", "val", "test")
 

@@ -14,14 +14,14 @@ import torch
 
 from graphprep.formats import EdgeType
 
-from ..batch import Batch
-from ..sampling.dist_sampler import DistNeighborSampler, mix_seed
-from .batches import edge_key, make_batch
-from .features import FeatureFetcher
-from .link_data import LinkEdges, exclusion_keys
-from .loader import NodeLoader
-from .negatives import uniform_negatives
-from ..sampling.partition import LocalPart
+from graphprep.trainer.batch import Batch
+from graphprep.trainer.sampling.dist_sampler import DistNeighborSampler, mix_seed
+from graphprep.trainer.data.batches import edge_key, make_batch
+from graphprep.trainer.data.features import FeatureFetcher
+from graphprep.trainer.data.link_data import LinkEdges, exclusion_keys
+from graphprep.trainer.data.loader import NodeLoader
+from graphprep.trainer.data.negatives import uniform_negatives
+from graphprep.trainer.sampling.partition import LocalPart
 
 
 def seed_nodes(etype: EdgeType, src: torch.Tensor, dst: torch.Tensor

@@ -17,12 +17,12 @@ from collections.abc import Iterator
 
 import torch
 
-from ..batch import Batch
-from ..sampling.dist_sampler import DistNeighborSampler, mix_seed
-from .batches import make_batch
-from .features import FeatureFetcher
-from ..runtime.health import tag_batch
-from ..sampling.partition import LocalPart
+from graphprep.trainer.batch import Batch
+from graphprep.trainer.sampling.dist_sampler import DistNeighborSampler, mix_seed
+from graphprep.trainer.data.batches import make_batch
+from graphprep.trainer.data.features import FeatureFetcher
+from graphprep.trainer.runtime.health import tag_batch
+from graphprep.trainer.sampling.partition import LocalPart
 
 
 def rank_seeds(part: LocalPart, ntype: str, mask: str, ranks_per_part: int, local_index: int

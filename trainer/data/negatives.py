@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..sampling.edge_keys import true_edge_mask
+from graphprep.trainer.sampling.edge_keys import true_edge_mask
 
 
 def uniform_negatives(src: torch.Tensor, num_dst_nodes: int, ratio: int,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ..data.sparse import is_sparse, sparse_matmul
+from graphprep.trainer.data.sparse import is_sparse, sparse_matmul
 
 EdgeKey = tuple[str, str, str]
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..batch import Batch
-from .registry import ModelError
+from graphprep.trainer.batch import Batch
+from graphprep.trainer.models.registry import ModelError
 
 
 def _rows_of(out, batch: Batch, ntype: str, what: str) -> torch.Tensor:

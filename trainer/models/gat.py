@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..batch import Layer
-from .common import LayerStack, aggregate_mean, key, project
+from graphprep.trainer.batch import Layer
+from graphprep.trainer.models.common import LayerStack, aggregate_mean, key, project
 
 
 def _glorot(t: torch.Tensor) -> None:

@@ -17,8 +17,8 @@ import math
 import torch
 from torch import nn
 
-from ..batch import Layer
-from .common import LayerStack, MeanRelationConv, key, matmul
+from graphprep.trainer.batch import Layer
+from graphprep.trainer.models.common import LayerStack, MeanRelationConv, key, matmul
 
 EdgeKey = tuple[str, str, str]
 

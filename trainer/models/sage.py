@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..batch import Layer
-from .common import LayerStack, MeanRelationConv, key, project
+from graphprep.trainer.batch import Layer
+from graphprep.trainer.models.common import LayerStack, MeanRelationConv, key, project
 
 
 class SAGEConv(MeanRelationConv):

@@ -167,7 +167,7 @@ def check_for_embed(path: str, graph) -> None:
     """Before ``trainer embed`` starts ranks: ``path`` is a readable checkpoint of this
     ``graph`` (fingerprint, as ``--resume`` compares it) whose task and target this graph
     has. Raises CheckpointRefused naming each difference (one line). Holds the checkpoint."""
-    from ..config import TrainConfig, task_target
+    from graphprep.trainer.config import TrainConfig, task_target
     state = _read(path, "--checkpoint")
     if "graph" not in state or "resume" not in state:
         raise CheckpointRefused(f"--checkpoint: {path} records no graph fingerprint (written by an "

@@ -41,7 +41,7 @@ def graph_inputs(graph: PartitionedGraph) -> list[str]:
 def is_checkpoint_folder(folder: str) -> bool:
     """Whether ``folder`` holds a checkpoint this trainer wrote (a torch archive), or only
     files this trainer's checkpoints are made of."""
-    from .checkpoint import is_shard_name
+    from graphprep.trainer.runtime.checkpoint import is_shard_name
     path = os.path.join(folder, CHECKPOINT_FILES[0])
     if os.path.isfile(path) and zipfile.is_zipfile(path):
         return True
@@ -107,7 +107,7 @@ def remove_partials(cfg) -> None:
     were: every write is renamed into place)."""
     leftovers = []
     if cfg.checkpoint_dir:
-        from .checkpoint import is_shard_name
+        from graphprep.trainer.runtime.checkpoint import is_shard_name
         leftovers += [os.path.join(cfg.checkpoint_dir, f".{n}.partial")
                       for n in CHECKPOINT_FILES]
         if os.path.isdir(cfg.checkpoint_dir):

@@ -18,10 +18,10 @@ import torch.distributed as dist
 from torch.distributed import rpc
 from torch.distributed.rendezvous import register_rendezvous_handler
 
-from . import health
-from .launch import STORE_FD_ENV, listening_socket
-from .netif import NetworkSetupError, resolve, talk_address
-from ..sampling.service import rank_name
+from graphprep.trainer.runtime import health
+from graphprep.trainer.runtime.launch import STORE_FD_ENV, listening_socket
+from graphprep.trainer.runtime.netif import NetworkSetupError, resolve, talk_address
+from graphprep.trainer.sampling.service import rank_name
 
 log = logging.getLogger("graphprep.trainer")
 

@@ -27,9 +27,9 @@ import torch
 
 from graphprep.formats import EdgeType
 
-from .partition import LocalPart, PartitionBook
-from .service import PartServer, SampleRequest, SampleResponse, Transport
-from .timing import Breakdown
+from graphprep.trainer.sampling.partition import LocalPart, PartitionBook
+from graphprep.trainer.sampling.service import PartServer, SampleRequest, SampleResponse, Transport
+from graphprep.trainer.sampling.timing import Breakdown
 
 
 @dataclass

@@ -15,7 +15,7 @@ from graphprep.formats import EdgeType
 from graphprep.formats.partitioned import PartitionedGraph, load_partitioned
 from graphprep.formats.sparse import CSR, csr_paths, load_csr
 
-from ..data.sparse import SparseRows
+from graphprep.trainer.data.sparse import SparseRows
 
 
 ORIG_ID = "__orig_id"      # node data of every part: each owned node's original ID

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import torch
 from torch.futures import Future
 
-from ..data.sparse import SparseRows, is_sparse
-from .edge_keys import true_edge_mask
-from .partition import LocalPart
-from .kernel import sample_neighbors
+from graphprep.trainer.data.sparse import SparseRows, is_sparse
+from graphprep.trainer.sampling.edge_keys import true_edge_mask
+from graphprep.trainer.sampling.partition import LocalPart
+from graphprep.trainer.sampling.kernel import sample_neighbors
 
 
 @dataclass

@@ -35,14 +35,14 @@ import sys
 
 import click
 
-from graphprep.formats.cli_types import FiniteFloat
-from graphprep.formats.console import show_progress
+from graphprep.pipeline.core.cli_types import FiniteFloat
+from graphprep.pipeline.core.console import show_progress
 from graphprep.formats.output import side_paths, swap_into_place
 
-from ..cli import BadInput, OneLineErrors, run_as_rank, start_command
-from ..runtime.launch import LAUNCHER_ENV
-from ..runtime.netif import IFACE_HELP
-from ..runtime.outputs import EMBED_JSON
+from graphprep.trainer.cli import BadInput, OneLineErrors, run_as_rank, start_command
+from graphprep.trainer.runtime.launch import LAUNCHER_ENV
+from graphprep.trainer.runtime.netif import IFACE_HELP
+from graphprep.trainer.runtime.outputs import EMBED_JSON
 
 log = logging.getLogger("graphprep.trainer")
 
@@ -97,7 +97,7 @@ def main(graph, checkpoint, out, overwrite, batch_size, device, rpc_timeout, ifa
     if rank is None or LAUNCHER_ENV not in os.environ:
         _check_before_start(meta, checkpoint, out, overwrite, device, rank)
     if rank is None:
-        from ..runtime.launch import launch_local
+        from graphprep.trainer.runtime.launch import launch_local
         log.info("launching %d ranks, one per part", meta.num_parts)
         code = launch_local(sys.argv[1:], meta.num_parts)
         shutil.rmtree(side_paths(out)[0], ignore_errors=True)   # a failed run's partial
@@ -115,8 +115,8 @@ def _check_before_start(meta, checkpoint: str, out: str, overwrite: bool, device
     and, where rank 0 writes, --out. Under torchrun each rank checks the checkpoint."""
     from graphprep.formats.errors import FormatError
 
-    from ..runtime.checkpoint import check_for_embed
-    from ..runtime.outputs import check_embed_out
+    from graphprep.trainer.runtime.checkpoint import check_for_embed
+    from graphprep.trainer.runtime.outputs import check_embed_out
     try:
         if not os.path.isfile(checkpoint):
             raise FormatError("no such checkpoint file", file=checkpoint)
@@ -139,16 +139,16 @@ def run_embed(graph: str, checkpoint: str, out: str, batch_size: int, device: st
     import torch
     import torch.distributed as dist
 
-    from ..runtime import rendezvous
-    from ..runtime.checkpoint import embed_config
-    from ..config import TrainConfig
-    from ..runtime.health import where
-    from ..loop import build_model, join
+    from graphprep.trainer.runtime import rendezvous
+    from graphprep.trainer.runtime.checkpoint import embed_config
+    from graphprep.trainer.config import TrainConfig
+    from graphprep.trainer.runtime.health import where
+    from graphprep.trainer.loop import build_model, join
 
     state = torch.load(checkpoint, map_location="cpu", weights_only=False)
     cfg = TrainConfig(**embed_config(state, graph, device=device, rpc_timeout=rpc_timeout,
                                      progress=progress))
-    from ..train import restore_tables
+    from graphprep.trainer.train import restore_tables
     env = rendezvous.RankEnv.from_env()
     rank = join(cfg, env)
     # the trained learnable rows are the featureless types' inputs
@@ -192,7 +192,7 @@ def _infer_and_write(rank, cfg, model, batch_size: int, state: dict, checkpoint:
     ``embed.json``. Returns the metrics and the node types written."""
     import torch.distributed as dist
 
-    from .inference import LAYER_WISE, SAMPLED, layerwise, sampled
+    from graphprep.trainer.tasks.inference import LAYER_WISE, SAMPLED, layerwise, sampled
 
     first = dist.get_rank() == 0
     encoder = model.encoder if cfg.task == "link" else model
@@ -212,7 +212,7 @@ def _infer_and_write(rank, cfg, model, batch_size: int, state: dict, checkpoint:
     metrics = _metrics(rank, cfg, model, final)
     dist.barrier()
     if first:
-        from ..runtime.keyed_outputs import write_keyed_outputs
+        from graphprep.trainer.runtime.keyed_outputs import write_keyed_outputs
         keyed = write_keyed_outputs(rank.part.graph, partial)
         epoch = state["history"][-1]["epoch"]
         sampled = {k: v for k, v in state["history"][-1].items()
@@ -231,7 +231,7 @@ def _infer_and_write(rank, cfg, model, batch_size: int, state: dict, checkpoint:
 
 def _files(rank, task: str, embedding: str, final: str) -> dict:
     """``(type, file name) -> (layer name, shape, dtype)`` of the outputs."""
-    from ..data.features import EMBEDDING
+    from graphprep.trainer.data.features import EMBEDDING
     graph = rank.part.graph
     files = {}
     for t in graph.node_types:
@@ -276,10 +276,10 @@ def _metrics(rank, cfg, model, final: str) -> dict:
     """The task's validation/test metrics of the full-neighbor outputs (exact over ranks)."""
     import torch
 
-    from .node import exact_accuracy
+    from graphprep.trainer.tasks.node import exact_accuracy
     part = rank.server.part
     if cfg.task == "link":
-        from .link import LinkTask
+        from graphprep.trainer.tasks.link import LinkTask
         _, fetcher = rank.sampling([-1], timed=False)
 
         def embeddings(nodes):

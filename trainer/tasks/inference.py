@@ -20,9 +20,9 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from ..data.batches import input_nodes, to_layer
-from ..data.sparse import densify
-from ..models.registry import ModelError
+from graphprep.trainer.data.batches import input_nodes, to_layer
+from graphprep.trainer.data.sparse import densify
+from graphprep.trainer.models.registry import ModelError
 
 LAYER_WISE, SAMPLED = "layer-wise", "sampled"
 

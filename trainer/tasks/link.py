@@ -20,16 +20,16 @@ import math
 import torch
 import torch.distributed as dist
 
-from ..config import target_etype
-from ..data.link_data import LinkEdges, split_edges
-from ..data.link_loader import LinkLoader
-from ..data.negatives import fixed_eval_negatives
-from ..loop import Rank, step, train_batches
-from ..models.contract import seed_embeddings
-from ..models.scorer import link_loss
-from ..sampling.dist_sampler import mix_seed
-from ..sampling.partition import LocalPart
-from .link_metrics import auc, ranks
+from graphprep.trainer.config import target_etype
+from graphprep.trainer.data.link_data import LinkEdges, split_edges
+from graphprep.trainer.data.link_loader import LinkLoader
+from graphprep.trainer.data.negatives import fixed_eval_negatives
+from graphprep.trainer.loop import Rank, step, train_batches
+from graphprep.trainer.models.contract import seed_embeddings
+from graphprep.trainer.models.scorer import link_loss
+from graphprep.trainer.sampling.dist_sampler import mix_seed
+from graphprep.trainer.sampling.partition import LocalPart
+from graphprep.trainer.tasks.link_metrics import auc, ranks
 
 HITS = (20, 50, 100)
 SCORE_CHUNK = 1024          # positives scored at once: holds chunk x K x hidden floats

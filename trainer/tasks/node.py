@@ -8,10 +8,10 @@ import math
 import torch
 import torch.distributed as dist
 
-from ..data.loader import NodeLoader
-from ..loop import Rank, num_classes, step, train_batches
-from ..models.contract import seed_logits
-from ..runtime.health import EVALUATION, where
+from graphprep.trainer.data.loader import NodeLoader
+from graphprep.trainer.loop import Rank, num_classes, step, train_batches
+from graphprep.trainer.models.contract import seed_logits
+from graphprep.trainer.runtime.health import EVALUATION, where
 
 
 class NodeTask:

@@ -7,6 +7,6 @@ with vertex and edge weights), ``refine`` (projection, label-propagation refinem
 ``budget`` (coarse-edge budget from memory), ``method`` (the ``Partitioner``).
 """
 
-from .method import MultilevelPartitioner
+from graphprep.pipeline.partition.multilevel.method import MultilevelPartitioner
 
 __all__ = ["MultilevelPartitioner"]

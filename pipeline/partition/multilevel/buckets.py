@@ -21,7 +21,7 @@ import numpy as np
 
 from graphprep.formats.output import writing
 
-from .layout import cut_points
+from graphprep.pipeline.partition.multilevel.layout import cut_points
 
 GRID = 16          # key_blocks: candidate cuts per block, before refining
 # key_blocks: rounds of refining cells over the limit (each cuts a cell in 32 or more: a hub's

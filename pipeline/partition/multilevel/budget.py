@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...estimate import METIS_BYTES_PER_EDGE   # measured peak of --method metis per input edge
+from graphprep.pipeline.estimate import METIS_BYTES_PER_EDGE   # measured peak of --method metis per input edge
 
 WEIGHTED_FACTOR = 1.5               # coarse CSR carries adjwgt
 SHARE_OF_METIS = 1 / 4
@@ -65,7 +65,7 @@ def worker_memory_bytes(runner) -> int | None:
     this machine's memory)."""
     client = getattr(runner, "client", None)
     if client is not None:
-        from graphprep.pipeline.cluster import workers_info
+        from graphprep.pipeline.core.cluster import workers_info
         limits = [w.get("memory_limit") or 0 for w in workers_info(client).values()]
         limits = [x for x in limits if x]
         if limits:

@@ -16,11 +16,11 @@ import numpy as np
 
 from graphprep.formats.output import save_npy
 
-from ..metis_capi import part_graph
-from ..metis_method import fill_empty_parts
-from ..rebalance import rebalance
-from .layout import Level, RangeCSR
-from .sparsify import Sparsifier
+from graphprep.pipeline.partition.metis_capi import part_graph
+from graphprep.pipeline.partition.metis_method import fill_empty_parts
+from graphprep.pipeline.partition.rebalance import rebalance
+from graphprep.pipeline.partition.multilevel.layout import Level, RangeCSR
+from graphprep.pipeline.partition.multilevel.sparsify import Sparsifier
 
 
 def _kept(csr: RangeCSR, sparse: Sparsifier | None) -> tuple[np.ndarray, ...]:

@@ -17,20 +17,20 @@ import numpy as np
 
 from graphprep.formats import ChunkedGraph
 
-from ...cluster import fix_mmap_threshold
-from ...recycle import on_every_worker
-from ..base import PartitionOptions, create_assignment_files, require_a_node_per_part
-from ..metis_method import OBJECTIVES, type_offsets
-from ..weights import counts_combined
-from .budget import derive_budget, worker_memory_bytes
-from .coarsen import ISOLATED_SHARE, cluster, count_isolated
-from .coarsest import CoarsestTask, partition_coarsest
-from .contract import contract
-from .layout import Level, write_rows
-from .jet import JetState, jet_refine
-from .refine import Refiner
-from .sparsify import level_sparsifier, thin_level
-from .symmetric import build_level0, fold_constraints
+from graphprep.pipeline.core.cluster import fix_mmap_threshold
+from graphprep.pipeline.core.recycle import on_every_worker
+from graphprep.pipeline.partition.base import PartitionOptions, create_assignment_files, require_a_node_per_part
+from graphprep.pipeline.partition.metis_method import OBJECTIVES, type_offsets
+from graphprep.pipeline.partition.weights import counts_combined
+from graphprep.pipeline.partition.multilevel.budget import derive_budget, worker_memory_bytes
+from graphprep.pipeline.partition.multilevel.coarsen import ISOLATED_SHARE, cluster, count_isolated
+from graphprep.pipeline.partition.multilevel.coarsest import CoarsestTask, partition_coarsest
+from graphprep.pipeline.partition.multilevel.contract import contract
+from graphprep.pipeline.partition.multilevel.layout import Level, write_rows
+from graphprep.pipeline.partition.multilevel.jet import JetState, jet_refine
+from graphprep.pipeline.partition.multilevel.refine import Refiner
+from graphprep.pipeline.partition.multilevel.sparsify import level_sparsifier, thin_level
+from graphprep.pipeline.partition.multilevel.symmetric import build_level0, fold_constraints
 
 log = logging.getLogger(__name__)
 

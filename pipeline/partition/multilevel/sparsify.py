@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ...arrayops import mix
-from .layout import CSRWriter, Level, RangeCSR
+from graphprep.pipeline.core.arrayops import mix
+from graphprep.pipeline.partition.multilevel.layout import CSRWriter, Level, RangeCSR
 
 BINS_PER_DOUBLING = 8      # weight classes of the threshold
 # A coarse level keeps at most this share of its fine level's edges: half, less the hash

@@ -20,15 +20,15 @@ import numpy as np
 from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType
 from graphprep.formats.validate import read_checked_edges
 
-from ...arrayops import unique_ints
-from ...convert.sources import DataField, open_field
-from ..metis_method import train_column, type_offsets
-from ..weights import (balance_keys, combined_constraints, constraint_columns,
+from graphprep.pipeline.core.arrayops import unique_ints
+from graphprep.pipeline.convert.sources import DataField, open_field
+from graphprep.pipeline.partition.metis_method import train_column, type_offsets
+from graphprep.pipeline.partition.weights import (balance_keys, combined_constraints, constraint_columns,
                        counts_combined)
-from . import layout
-from .buckets import Span, key_blocks, read_spans, span_rows, spans_into, sub_spans, \
+from graphprep.pipeline.partition.multilevel import layout
+from graphprep.pipeline.partition.multilevel.buckets import Span, key_blocks, read_spans, span_rows, spans_into, sub_spans, \
     write_bucketed
-from .layout import CSRWriter, Level, new_array
+from graphprep.pipeline.partition.multilevel.layout import CSRWriter, Level, new_array
 
 
 @dataclass(frozen=True)

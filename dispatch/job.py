@@ -1,4 +1,4 @@
-"""``prep dispatch``: chunked graph + assignment -> partitioned graph (DESIGN §3), delivered.
+"""``prep dispatch``: chunked graph + assignment -> partitioned graph (FORMATS.md §3), delivered.
 
 Steps (each a set of Dask tasks; see the modules for what a task holds):
 count nodes per part per range -> partition book -> relabel ranges (old->new map slices, owned
@@ -24,13 +24,13 @@ import numpy as np
 from graphprep.formats import FormatError, load_chunked_graph
 from graphprep.formats.assignment import load_assignment
 from graphprep.formats.integrity import dispatch_id
-from graphprep.formats.output import (MANIFEST, fingerprint, link_files, make_manifest, read_manifest,
-                            restore_previous, same_work, side_paths, swap_into_place, write_json)
+from graphprep.formats.output import (MANIFEST, link_files, read_manifest, restore_previous,
+                                      same_work, side_paths, swap_into_place, write_json)
 from graphprep.formats.partitioned import GRAPH_JSON, PartInfo, PartitionedGraph
 from graphprep.formats.storage import is_url
 from graphprep.formats.sparse import CSR, csr_paths
-from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client
-from graphprep.formats.guard import guarded_output
+from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner
+from graphprep.pipeline.core.step import StepOutput, Work, run_step, write_manifest
 from graphprep.dispatch.build import PartTask, build_part
 from graphprep.dispatch.deliver import staging_for, upload, url_up_to_date
 from graphprep.dispatch.plan import RANGE_SIZE, DispatchPlan
@@ -41,33 +41,69 @@ log = logging.getLogger(__name__)
 WORK = ".work"
 
 
-def _prepare_out(out: str, manifest: dict, overwrite: bool) -> tuple[str, bool] | None:
-    """``(folder to build out in, resumed)``: ``.OUT.partial`` beside it, resumed (True) when
-    it holds this exact work, else started afresh. None when ``out`` already holds this exact
-    work.
+class _DispatchOutput(StepOutput):
+    """Where dispatch builds its output (see :class:`StepOutput` for the standard one): in
+    ``.OUT.partial`` beside the local folder, which a rerun after a kill resumes when it holds
+    this exact work (its manifest in ``.OUT.partial/.work``, the intermediate results beside
+    it), the parts of machine M on M's worker, each machine swapping its own in; a URL ``out``
+    is built in ``staging`` and uploaded once complete. An empty folder at OUT is taken as it
+    is; an existing output is never touched before the new one is complete."""
 
-    An existing ``out`` is never touched here: the new output replaces it only when complete.
-    """
-    restore_previous(out)
-    if os.path.exists(out):
-        if same_work(read_manifest(out), manifest) and not overwrite:
-            log.info("%s is up to date; nothing to do", out)
-            shutil.rmtree(side_paths(out)[0], ignore_errors=True)  # debris of a killed rerun
-            return None
-        if not overwrite and os.listdir(out):
-            raise FormatError("output folder exists and holds something else than this exact "
-                              "dispatch; pass --overwrite to replace it", file=out)
-    partial, _ = side_paths(out)
-    work = os.path.join(partial, WORK)
-    resumed = os.path.exists(partial) and same_work(read_manifest(work), manifest)
-    if resumed:
-        # Shown by default (a warning), as is the tally at the end: a resume is no silent event.
-        log.warning("resuming the interrupted dispatch in %s", partial)
-    elif os.path.exists(partial):
-        shutil.rmtree(partial)
-    os.makedirs(work, exist_ok=True)
-    write_json(os.path.join(work, MANIFEST), manifest)
-    return partial, resumed
+    def __init__(self, out: str, staging: str | None, machines: tuple[str, ...]):
+        super().__init__(out)
+        self.folder = staging or (out if not is_url(out) else staging_for(out))
+        self.final, self.workers = out, machines
+        self.partial, _ = side_paths(self.folder)
+        self.resumed, self.reuse = False, Reuse()
+
+    def current(self, manifest: dict, overwrite: bool) -> bool:
+        return is_url(self.out) and url_up_to_date(self.out, manifest, overwrite)
+
+    def up_to_date(self, manifest: dict, overwrite: bool) -> bool:
+        out = self.folder
+        restore_previous(out)
+        if os.path.exists(out):
+            if same_work(read_manifest(out), manifest) and not overwrite:
+                log.info("%s is up to date; nothing to do", out)
+                shutil.rmtree(self.partial, ignore_errors=True)  # debris of a killed rerun
+                return True
+            if not overwrite and os.listdir(out):
+                raise FormatError("output folder exists and holds something else than this "
+                                  "exact dispatch; pass --overwrite to replace it", file=out)
+        return False
+
+    def open(self, manifest: dict) -> "_DispatchOutput":
+        """Resume ``.OUT.partial`` when it holds this exact work, else start it afresh."""
+        work = os.path.join(self.partial, WORK)
+        self.resumed = os.path.exists(self.partial) and same_work(read_manifest(work), manifest)
+        if self.resumed:
+            # Shown by default (a warning), as is the tally at the end: a resume is no silent event.
+            log.warning("resuming the interrupted dispatch in %s", self.partial)
+        elif os.path.exists(self.partial):
+            shutil.rmtree(self.partial)
+        os.makedirs(work, exist_ok=True)
+        write_json(os.path.join(work, MANIFEST), manifest)
+        return self
+
+    def __enter__(self) -> str:
+        return self.partial
+
+    def commit(self, run: TaskRunner) -> None:
+        if self.workers:  # each machine swaps its own parts in (a no-op where already done)
+            run(_swap_task, [(self.partial, self.folder)] * len(self.workers), "commit",
+                workers=self.workers)
+        swap_into_place(self.partial, self.folder)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # A failure keeps .OUT.partial for the rerun to resume (the body removes it for bad input).
+        if exc_type is None:
+            shutil.rmtree(os.path.join(self.folder, WORK))
+            if self.resumed:
+                log.warning("%s", self.reuse.line(self.partial))
+
+    def deliver(self) -> None:
+        if is_url(self.out):
+            upload(self.folder, self.out)
 
 
 @dataclass
@@ -101,41 +137,27 @@ def run_dispatch(chunked: str, assignment_dir: str, out: str, cluster: ClusterOp
     already up to date)."""
     graph = load_chunked_graph(chunked)
     assignment = load_assignment(assignment_dir, graph)
-    inputs = {os.path.abspath(chunked): fingerprint(chunked),
-              os.path.abspath(assignment_dir): fingerprint(assignment_dir)}
-    manifest = make_manifest("dispatch", inputs, {"machines": list(machines), "nan": nan_policy},
-                             None)
-    local = staging or (out if not is_url(out) else staging_for(out))
-    if is_url(out) and url_up_to_date(out, manifest, overwrite):
-        return None
-    with guarded_output(local, [chunked, assignment_dir]):
-        prepared = _prepare_out(local, manifest, overwrite)
-        if prepared is None:
-            return None
-        build, resumed = prepared
-        reuse = Reuse()
-        with dask_client(cluster, machines) as client:
-            run = TaskRunner(client, cluster.progress)
-            try:
-                plan = DispatchPlan(graph, assignment, os.path.join(build, WORK), range_size,
-                                    nan_policy=nan_policy)
-                result = _dispatch_into(plan, build, run, out, inputs, machines, reuse)
-            except FormatError:  # bad input: nothing worth resuming (fixed input, new work)
-                if machines:
-                    run(_remove_task, [build] * len(machines), "clean up", workers=machines)
-                shutil.rmtree(build, ignore_errors=True)
-                raise
-            write_json(os.path.join(build, GRAPH_JSON), result.to_json())
-            write_json(os.path.join(build, MANIFEST), manifest)
-            if machines:  # each machine swaps its own parts in (a no-op where already done)
-                run(_swap_task, [(build, local)] * len(machines), "commit", workers=machines)
-            swap_into_place(build, local)
-        shutil.rmtree(os.path.join(local, WORK))
-        if resumed:
-            log.warning("%s", reuse.line(build))
-    if is_url(out):
-        upload(local, out)
-    return result
+    output = _DispatchOutput(out, staging, machines)
+
+    def body(work: Work) -> PartitionedGraph:
+        try:
+            plan = DispatchPlan(graph, assignment, os.path.join(work.tmp, WORK), range_size,
+                                nan_policy=nan_policy)
+            return _dispatch_into(plan, work.tmp, work.run, out, work.manifest["inputs"],
+                                  machines, output.reuse)
+        except FormatError:  # bad input: nothing worth resuming (fixed input, new work)
+            if machines:
+                work.run(_remove_task, [work.tmp] * len(machines), "clean up", workers=machines)
+            shutil.rmtree(work.tmp, ignore_errors=True)
+            raise
+
+    def finish(result: PartitionedGraph, work: Work) -> PartitionedGraph:
+        write_json(os.path.join(work.tmp, GRAPH_JSON), result.to_json())
+        return write_manifest(result, work)
+
+    return run_step("dispatch", output, cluster, body, inputs=[chunked, assignment_dir],
+                    options={"machines": list(machines), "nan": nan_policy},
+                    overwrite=overwrite, finish=finish)
 
 
 def _remove_task(folder: str) -> None:

@@ -46,15 +46,14 @@ from graphprep.formats.storage import is_url, join
 from graphprep.formats.arrays import read_edge_chunk
 from graphprep.formats.sparse import CsrRows, is_csr
 from graphprep.pipeline.core.arrayops import mix
-from graphprep.pipeline.convert.sources import data_fields
+from graphprep.formats.fields import data_fields
 from graphprep.pipeline.convert.tables_in import read_parts
 from graphprep.pipeline.keys.hashing import normalize_keys
 from graphprep.pipeline.keys.lookup import ids_of, keys_of
-from graphprep.pipeline.keys.pieces import read_part
 from graphprep.pipeline.split_edges import SplitSpec as EdgeSplit
 from graphprep.pipeline.tables.columns import EncodeTask, edge_split_masks, encode_fields
 from graphprep.pipeline.tables.config import Fields, TablesConfig, load_config
-from graphprep.pipeline.tables.parts import input_files, is_json
+from graphprep.pipeline.tables.parts import input_files, is_json, read_part
 from graphprep.dispatch.fingerprint import row_hash
 
 

@@ -1,4 +1,4 @@
-"""``prep verify``: the DESIGN §3 invariant, checked chunk by chunk.
+"""``prep verify``: the partitioned graph (FORMATS.md §3) holds exactly its input, chunk by chunk.
 
 Phase 0, on the client: graph.json's ``node_feats``/``edge_feats`` against the input's fields
 (every chunk's header: dtype and row shape). Phase 1, one task per part: every file's ``.npy``

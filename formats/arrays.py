@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from graphprep.formats.errors import FormatError
 from graphprep.formats.schema import ChunkFiles
 from graphprep.formats.sparse import read_csr_parquet
-from graphprep.formats.storage import is_url, open_file
+from graphprep.formats.storage import is_url, open_file, parquet_file
 from graphprep.formats.storage import size as storage_size
 
 EDGE_COLUMNS = ("src", "dst")
@@ -34,19 +34,12 @@ class ArrayInfo:
     row_shape: tuple[int, ...]
 
 
-def _parquet_file(path: str) -> pq.ParquetFile:
-    try:
-        return pq.ParquetFile(open_file(path) if is_url(path) else path)
-    except (pa.ArrowInvalid, OSError) as err:
-        raise FormatError(f"unreadable or truncated Parquet file ({err})", file=path) from None
-
-
 def read_edge_chunk(path: str, files: ChunkFiles) -> tuple[np.ndarray, np.ndarray]:
     """``(src, dst)`` int64 arrays of one edge chunk: Parquet (columns ``src``/``dst`` when both
     are there, else the first two, as DGL's pipeline reads its ``"0"``/``"1"`` columns), CSV
     (the first two columns; a 0-byte file is 0 edges, as DGL writes and skips it) or .npy."""
     if files.format == "parquet":
-        pf = _parquet_file(path)
+        pf = parquet_file(path)
         names = edge_column_names(pf.schema_arrow.names, path)
         try:
             table = pf.read(columns=list(names))
@@ -146,7 +139,7 @@ def read_array_chunk(path: str, files: ChunkFiles, *, mmap: bool = True) -> np.n
         except (ValueError, OSError, EOFError) as err:
             raise FormatError(f"unreadable or truncated .npy file ({err})", file=path) from None
     if files.format == "parquet":
-        pf = _parquet_file(path)
+        pf = parquet_file(path)
         try:
             table = pf.read()
         except (pa.ArrowInvalid, OSError) as err:
@@ -234,10 +227,10 @@ def array_info(path: str, files: ChunkFiles) -> ArrayInfo:
     footer and the schema)."""
     if files.format == "csr":
         # values are read as float32 whatever the file stores (graphprep.formats.sparse)
-        return ArrayInfo(_parquet_file(path).metadata.num_rows, np.dtype(np.float32),
+        return ArrayInfo(parquet_file(path).metadata.num_rows, np.dtype(np.float32),
                          (files.dim,))
     if files.format == "parquet":
-        pf = _parquet_file(path)
+        pf = parquet_file(path)
         rows = pf.metadata.num_rows
         shape = parquet_shape(pf, path)
         if shape is not None and shape[0] != rows:

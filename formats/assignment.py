@@ -1,4 +1,4 @@
-"""Partition assignment (DESIGN §2): ``partition_meta.json`` + ``<ntype>.npy`` (int32).
+"""Partition assignment (FORMATS.md §2): ``partition_meta.json`` + ``<ntype>.npy`` (int32).
 
 Also reads DGL's/ParMETIS's ``<ntype>.txt`` (one partition id per line) and writes it with
 ``--dgl-compat``. :func:`load_assignment` is the one validating loader.

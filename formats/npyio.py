@@ -7,6 +7,7 @@ Files are byte-identical to ``np.save`` of the whole array.
 
 from __future__ import annotations
 
+import io
 import os
 
 import numpy as np
@@ -15,25 +16,29 @@ from numpy.lib import format as npformat
 from graphprep.formats.output import writing
 
 
-def _parse_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
+def read_npy_header(f) -> tuple[tuple[int, ...], np.dtype, int, bool]:
+    """``(shape, dtype, data offset, fortran_order)`` from the header at the start of the open
+    binary file ``f`` (local or fsspec), which is left at the data. The one ``.npy`` header
+    reader: every other place that needs a header calls it. Raises what numpy raises on a
+    damaged header (ValueError, OSError, EOFError, SyntaxError)."""
     version = npformat.read_magic(f)
     read = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
-    return read(f)
+    shape, fortran, dtype = read(f)
+    return tuple(int(n) for n in shape), dtype, f.tell(), fortran
 
 
 def _header(f):
-    shape, fortran, dtype = _parse_header(f)
+    shape, dtype, offset, fortran = read_npy_header(f)
     if fortran:
         raise ValueError(f"{f.name}: Fortran-ordered arrays are not supported")
-    return shape, dtype, f.tell()
+    return shape, dtype, offset
 
 
 def npy_header_of(path: str) -> tuple[tuple[int, ...], np.dtype, int, bool]:
-    """``(shape, dtype, data offset, fortran_order)`` of a ``.npy`` (reads the header only).
-    Raises what numpy raises on a damaged header (ValueError, OSError, EOFError)."""
+    """``(shape, dtype, data offset, fortran_order)`` of a local ``.npy`` (reads the header
+    only; :func:`read_npy_header`)."""
     with open(path, "rb") as f:
-        shape, fortran, dtype = _parse_header(f)
-        return tuple(int(n) for n in shape), dtype, f.tell(), fortran
+        return read_npy_header(f)
 
 
 def npy_shape(path: str) -> tuple[tuple[int, ...], np.dtype]:
@@ -54,6 +59,15 @@ def read_rows(path: str, start: int, stop: int) -> np.ndarray:
     return data.reshape((count, *shape[1:]))
 
 
+def npy_header_bytes(dtype, shape) -> bytes:
+    """The header ``np.save`` writes for a C-ordered array of ``shape`` ``dtype``s (version
+    1.0; numpy pads it for 21 digits of each size, so its length does not depend on them)."""
+    buf = io.BytesIO()
+    npformat.write_array_header_1_0(buf, {"descr": npformat.dtype_to_descr(np.dtype(dtype)),
+                                          "fortran_order": False, "shape": tuple(shape)})
+    return buf.getvalue()
+
+
 class NpyWriter:
     """Writes a ``.npy`` of known shape front to back: ``write(rows)`` appends rows."""
 
@@ -63,8 +77,7 @@ class NpyWriter:
         self.rows = 0
         with writing(path):
             self._f = open(path, "wb")
-            npformat.write_array_header_1_0(self._f, {"descr": npformat.dtype_to_descr(
-                self.dtype), "fortran_order": False, "shape": self.shape})
+            self._f.write(npy_header_bytes(self.dtype, self.shape))
 
     def write(self, rows: np.ndarray) -> None:
         rows = np.ascontiguousarray(rows, dtype=self.dtype)

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from graphprep.formats.errors import FormatError
+from graphprep.formats.sparse import DIM_KEY, CsrRows, csr_paths, is_csr
 from graphprep.formats.storage import is_url
 
 MANIFEST = "manifest.json"
@@ -181,7 +182,6 @@ def write_array_chunk(path: str, array: np.ndarray) -> None:
     """Write one data chunk as ``.npy`` (memory-mappable). Sparse rows
     (:class:`graphprep.formats.sparse.CsrRows`) go to a CSR Parquet chunk where ``path`` ends in
     ``.parquet``, else to the three ``.npy`` files beside ``path`` (``NAME.indptr.npy``...)."""
-    from graphprep.formats.sparse import is_csr, save_csr, write_csr_parquet
     os.makedirs(os.path.dirname(path), exist_ok=True)
     if not is_csr(array):
         save_npy(path, array)
@@ -196,6 +196,26 @@ def save_npy(path: str, array: np.ndarray) -> None:
     """``np.save`` without pickles; a full disk raises :func:`disk_full_error`."""
     with writing(path):
         np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+
+
+def save_csr(base: str, rows: CsrRows) -> None:
+    """Write ``rows`` as ``base.{indptr,indices,values}.npy``."""
+    os.makedirs(os.path.dirname(base) or ".", exist_ok=True)
+    for name, path in csr_paths(base).items():
+        save_npy(path, np.asarray(getattr(rows, name)))
+
+
+def write_csr_parquet(path: str, rows: CsrRows) -> None:
+    """One chunk of a sparse field in a chunked graph: list columns ``indices`` and ``values``
+    (the list offsets are ``indptr``), the width in the schema metadata."""
+    offsets = pa.array(np.asarray(rows.indptr, dtype=np.int32 if rows.nnz < 2**31 else
+                                  np.int64))
+    kind = pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray
+    table = pa.table({"indices": kind.from_arrays(offsets, pa.array(np.asarray(rows.indices))),
+                      "values": kind.from_arrays(offsets, pa.array(np.asarray(rows.values)))})
+    table = table.replace_schema_metadata({DIM_KEY: str(rows.dim).encode()})
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    pq.write_table(table, path, **PARQUET_OPTIONS)
 
 
 def link_files(root: str, relpaths, out: str) -> None:

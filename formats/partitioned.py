@@ -1,4 +1,4 @@
-"""Partitioned graph (DESIGN §3): ``graph.json`` and the per-part folders.
+"""Partitioned graph (FORMATS.md §3): ``graph.json`` and the per-part folders.
 
 The trainer reads only this. :func:`load_partitioned` is the one validating loader of
 ``graph.json``; the partition book is ``node_map``/``edge_map`` (owner = one searchsorted).

@@ -1,4 +1,4 @@
-"""Chunked graph format (DESIGN §1): dataclasses and the one validating loader.
+"""Chunked graph format (FORMATS.md §1): dataclasses and the one validating loader.
 
 ``load_chunked_graph`` checks everything that can be checked from ``metadata.json`` and the
 file listing (types, counts, chunk lists, file presence); ``graphprep.formats.validate`` then checks the
@@ -147,10 +147,6 @@ class ChunkedGraph:
     @property
     def num_edges(self) -> dict[EdgeType, int]:
         return {et: sum(c) for et, c in self.edge_chunks.items()}
-
-    @property
-    def is_homogeneous(self) -> bool:
-        return len(self.node_types) == 1 and len(self.edge_types) == 1
 
     def path(self, relpath: str) -> str:
         """Absolute path (or URL) of a file named in the metadata."""

@@ -12,22 +12,22 @@ On disk (FORMATS.md, "Sparse data"):
 
 - in a chunked graph a sparse field's entry is ``{"format": {"name": "csr", "dim": D}, ...}``
   and each chunk one Parquet file with list columns ``indices`` and ``values``
-  (:func:`write_csr_parquet`, :func:`read_csr_parquet`);
+  (``graphprep.formats.output.write_csr_parquet``, :func:`read_csr_parquet`);
 - everywhere else (dispatch's pieces, the parts) three ``.npy`` files beside where the dense
   ``NAME.npy`` would be: ``NAME.indptr.npy``, ``NAME.indices.npy``, ``NAME.values.npy``
-  (:func:`save_csr`, :func:`load_csr`: memory-mapped, read rows by slicing).
+  (``graphprep.formats.output.save_csr``, :func:`load_csr`: memory-mapped, read rows by
+  slicing).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from graphprep.formats.errors import FormatError
+from graphprep.formats.storage import parquet_file
 
 CSR = "csr"                                   # ChunkFiles.format and a field spec's "format"
 CSR_ARRAYS = ("indptr", "indices", "values")
@@ -156,14 +156,6 @@ def csr_paths(base: str) -> dict[str, str]:
     return {name: f"{base}.{name}.npy" for name in CSR_ARRAYS}
 
 
-def save_csr(base: str, rows: CsrRows) -> None:
-    """Write ``rows`` as ``base.{indptr,indices,values}.npy``."""
-    from graphprep.formats.output import save_npy
-    os.makedirs(os.path.dirname(base) or ".", exist_ok=True)
-    for name, path in csr_paths(base).items():
-        save_npy(path, np.asarray(getattr(rows, name)))
-
-
 def load_csr(base: str, dim: int, mmap: bool = True) -> CsrRows:
     """The sparse array saved at ``base`` (memory-mapped unless ``mmap`` is False). Raises
     :class:`FormatError` naming a missing, truncated or inconsistent file."""
@@ -180,25 +172,6 @@ def load_csr(base: str, dim: int, mmap: bool = True) -> CsrRows:
                           f"{len(arrays['indices'])} indices, {len(arrays['values'])} values",
                           file=csr_paths(base)["indptr"])
     return CsrRows(arrays["indptr"], arrays["indices"], arrays["values"], dim)
-
-
-def csr_rows_of(base: str) -> int:
-    """Rows of the sparse array saved at ``base`` (its indptr's header only)."""
-    return len(np.load(csr_paths(base)["indptr"], mmap_mode="r")) - 1
-
-
-def write_csr_parquet(path: str, rows: CsrRows) -> None:
-    """One chunk of a sparse field in a chunked graph: list columns ``indices`` and ``values``
-    (the list offsets are ``indptr``), the width in the schema metadata."""
-    from graphprep.formats.output import PARQUET_OPTIONS
-    offsets = pa.array(np.asarray(rows.indptr, dtype=np.int32 if rows.nnz < 2**31 else
-                                  np.int64))
-    kind = pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray
-    table = pa.table({"indices": kind.from_arrays(offsets, pa.array(np.asarray(rows.indices))),
-                      "values": kind.from_arrays(offsets, pa.array(np.asarray(rows.values)))})
-    table = table.replace_schema_metadata({DIM_KEY: str(rows.dim).encode()})
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    pq.write_table(table, path, **PARQUET_OPTIONS)
 
 
 def csr_from_lists(indices: pa.Array, values: pa.Array | None, dim: int, *,
@@ -243,10 +216,9 @@ def csr_from_lists(indices: pa.Array, values: pa.Array | None, dim: int, *,
 
 
 def read_csr_parquet(path: str, dim: int | None = None) -> CsrRows:
-    """A chunk written by :func:`write_csr_parquet` (``dim``: the width metadata.json declares;
+    """A chunk written by ``output.write_csr_parquet`` (``dim``: the width metadata.json declares;
     None: the file's own). Raises :class:`FormatError` naming the file."""
-    from graphprep.formats.arrays import _parquet_file
-    pf = _parquet_file(path)
+    pf = parquet_file(path)
     try:
         table = pf.read()
     except (pa.ArrowInvalid, OSError) as err:
@@ -261,12 +233,6 @@ def read_csr_parquet(path: str, dim: int | None = None) -> CsrRows:
                           "format, no graphprep.csr_dim in the file)", file=path)
     values = table.column("values") if "values" in table.column_names else None
     return csr_from_lists(table.column("indices"), values, width, file=path, field="indices")
-
-
-def csr_chunk_rows(path: str) -> int:
-    """Rows of a CSR Parquet chunk (its footer only)."""
-    from graphprep.formats.arrays import _parquet_file
-    return _parquet_file(path).metadata.num_rows
 
 
 def read_scipy_npz(path: str) -> CsrRows:

@@ -10,6 +10,10 @@ import os
 import posixpath
 
 import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from graphprep.formats.errors import FormatError
 
 
 def is_url(path: str) -> bool:
@@ -39,6 +43,15 @@ def size(path: str) -> int:
 def open_file(path: str, mode: str = "rb", compression: str | None = None):
     """A file object for a local path or URL; ``compression='infer'`` unpacks .gz/.bz2/..."""
     return fsspec.open(str(path), mode, compression=compression).open()
+
+
+def parquet_file(path: str) -> pq.ParquetFile:
+    """A Parquet file (local path or URL) opened for reading its footer and row groups;
+    :class:`FormatError` naming it when unreadable or truncated."""
+    try:
+        return pq.ParquetFile(open_file(path) if is_url(path) else path)
+    except (pa.ArrowInvalid, OSError) as err:
+        raise FormatError(f"unreadable or truncated Parquet file ({err})", file=path) from None
 
 
 def read_text(path: str) -> str:

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow.parquet as pq
 
-from graphprep.formats.arrays import (_parquet_file, array_info, edge_column_names, read_array_chunk,
-                     read_edge_chunk)
+from graphprep.formats.arrays import (array_info, edge_column_names, read_array_chunk,
+                                      read_edge_chunk)
 from graphprep.formats.errors import FormatError
 from graphprep.formats.schema import METADATA, ChunkedGraph, ChunkFiles
 from graphprep.formats.sparse import CsrRows
+from graphprep.formats.storage import parquet_file
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def check_chunk(check: ChunkCheck) -> ChunkReport:
 def _check_edges(check: ChunkCheck) -> ChunkReport:
     rows = None
     if check.files.format == "parquet":
-        rows = _parquet_file(check.path).metadata.num_rows
+        rows = parquet_file(check.path).metadata.num_rows
         _check_rows(check, rows)
         if _parquet_ids_in_range(check):
             return ChunkReport(rows=rows, dtype="int64")
@@ -225,15 +226,6 @@ class FieldSpec:
 
     def describe(self) -> str:
         return f"{self.dtype}{list(self.row_shape)}"
-
-
-def check_spec(values: np.ndarray, spec: FieldSpec, *, file: str, field: str) -> None:
-    """Raise :class:`FormatError` when ``values`` (rows of ``file``) differ in dtype or row
-    shape from ``spec``. Reads only the array's header fields."""
-    found = FieldSpec(str(values.dtype), tuple(values.shape[1:]), file)
-    if (found.dtype, found.row_shape) != (spec.dtype, spec.row_shape):
-        raise FormatError(f"dtype/shape {found.describe()} differs from the first chunk "
-                          f"{spec.first_file} ({spec.describe()})", file=file, field=field, row=0)
 
 
 def chunk_checks(graph: ChunkedGraph, nan_policy: str = "error") -> list[ChunkCheck]:

@@ -5,18 +5,13 @@ Exit codes: 0 success, 2 bad input or usage (the message names file, field and r
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
-import sys
 
 import click
 
 from graphprep.formats import FormatError
-from graphprep.pipeline.core.cli_types import FiniteFloat, OneLineErrors
-from graphprep.pipeline.core.console import setup_logging, show_progress
-from graphprep.pipeline.core.cluster import (AUTO_RECYCLE_MB, LOST_WORKER_TIMEOUT_KEY, LOST_WORKER_TIMEOUT_S,
-                      RECYCLE_MB_KEY, ClusterOptions, tls_security)
+from graphprep.pipeline.core.cli_types import OneLineErrors
+from graphprep.pipeline.commands import COMMANDS
 
 log = logging.getLogger("graphprep.pipeline")
 
@@ -65,83 +60,6 @@ def describe_failure(err: BaseException) -> str:
     return f"{name}: {err} (-v shows the traceback)"
 
 
-def _recycle_mb(ctx, param, value):
-    if value == "auto":
-        return value
-    try:
-        mb = int(value)
-    except ValueError:
-        mb = -1
-    if mb < 0:
-        raise click.BadParameter(f"{value!r}: a number of MB (0: never) or 'auto'")
-    return mb
-
-
-def cluster_options(fn):
-    """The options every Dask step shares; passes ``cluster: ClusterOptions``."""
-    @click.option("--scheduler", metavar="ADDR", default=None,
-                  help="Address of an existing Dask scheduler (tcp://HOST:PORT, or tls://HOST:PORT "
-                       "with the --tls-* options). Default: start an embedded local cluster on "
-                       "127.0.0.1.")
-    @click.option("--tls-ca-file", type=click.Path(dir_okay=False), default=None,
-                  help="With a tls:// --scheduler: the CA certificate (PEM) that signed the "
-                       "scheduler's and workers' certificates [default: Dask's configuration, "
-                       "distributed.comm.tls.ca-file].")
-    @click.option("--tls-cert", type=click.Path(dir_okay=False), default=None,
-                  help="With a tls:// --scheduler: this client's certificate (PEM), signed by "
-                       "that CA [default: Dask's configuration].")
-    @click.option("--tls-key", type=click.Path(dir_okay=False), default=None,
-                  help="The private key of --tls-cert (PEM) [default: in the --tls-cert file].")
-    @click.option("--workers", type=click.IntRange(1), default=2, show_default=True,
-                  help="Worker processes of the embedded cluster (1 thread each).")
-    @click.option("--memory-limit", default="auto", show_default=True,
-                  help="Memory limit per embedded worker, e.g. 4GiB; 'auto' splits system memory.")
-    @click.option("--progress/--no-progress", default=True, show_default=True,
-                  help="Show progress bars on stderr (only when it is a terminal and "
-                       "TQDM_DISABLE is unset).")
-    @click.option("--lost-worker-timeout", type=FiniteFloat(1), default=LOST_WORKER_TIMEOUT_S,
-                  metavar="SECONDS",
-                  help="A worker that left the cluster while tasks pinned to it (a --machines "
-                       "name) or all work waited for it: fail naming it after this long. "
-                       "Unpinned tasks of a lost worker are rerun elsewhere at once.")
-    @click.option("--recycle-mb", default="auto", show_default=True, callback=_recycle_mb,
-                  metavar="MB|auto",
-                  help="Restart a worker between two passes of a step when it holds more than "
-                       "this much anonymous memory: freed heap that its next tasks would only "
-                       "fragment further (passes share files, so nothing is lost; ~1 s a "
-                       f"restart). auto: {AUTO_RECYCLE_MB} on the embedded cluster, never on a "
-                       "--scheduler cluster, whose workers may serve others (a restart needs "
-                       "their nannies). 0: never.")
-    @click.option("-v", "--verbose", count=True,
-                  help="More log output (-v info and tracebacks of failures, -vv debug).")
-    @functools.wraps(fn)
-    def wrapper(*args, scheduler, tls_ca_file, tls_cert, tls_key, workers, memory_limit,
-                progress, lost_worker_timeout, recycle_mb, verbose, **kwargs):
-        import dask
-
-        _setup_logging(verbose)
-        security = tls_security(scheduler, tls_ca_file, tls_cert, tls_key)
-        cluster = ClusterOptions(scheduler, workers, memory_limit, show_progress(progress),
-                                 security=security)
-        with dask.config.set({LOST_WORKER_TIMEOUT_KEY: lost_worker_timeout,
-                              RECYCLE_MB_KEY: recycle_mb}):
-            return fn(*args, cluster=cluster, **kwargs)
-    return wrapper
-
-
-def local_path(ctx, param, value):
-    """Click callback: a local path made absolute (Dask workers do not share our working
-    directory); URLs and None unchanged."""
-    if value is None or "://" in str(value):
-        return value
-    return os.path.abspath(value)
-
-
-def _setup_logging(verbose: int) -> None:
-    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    setup_logging(level, "prep")
-
-
 @click.group(cls=PrepGroup, context_settings={"help_option_names": ["-h", "--help"],
                                               "show_default": True})
 @click.version_option(package_name="graphprep")
@@ -173,8 +91,8 @@ def main():  # console-script entry point
     prep(prog_name="prep")
 
 
-from graphprep.pipeline import commands  # noqa: E402,F401  (registers the sub-commands)
+for _command in COMMANDS:   # defined in pipeline/commands.py, which does not import this module
+    prep.add_command(_command)
 
-if __name__ == "__main__":   # `python -m graphprep.pipeline.cli`: the commands registered on the
-    from graphprep.pipeline.cli import main as _main   # imported module's group, not on __main__'s
-    sys.exit(_main())
+if __name__ == "__main__":   # `python -m graphprep.pipeline.cli`
+    main()

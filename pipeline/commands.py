@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 
 import click
 
@@ -12,10 +14,103 @@ from graphprep.formats.validate import NAN_POLICIES
 from graphprep.pipeline import api
 from graphprep.pipeline.rmat import MAX_SCALE
 from graphprep.pipeline.synth import GENERATORS, PLANTED_DEFAULTS, RMAT_DEFAULTS
-from graphprep.pipeline.cli import cluster_options, local_path, prep
-from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client
+from graphprep.pipeline.core.console import setup_logging, show_progress
+from graphprep.pipeline.core.cluster import (LOST_WORKER_TIMEOUT_KEY, LOST_WORKER_TIMEOUT_S,
+                                             ClusterOptions, TaskRunner, dask_client, tls_security)
+from graphprep.pipeline.core.recycle import AUTO_RECYCLE_MB, RECYCLE_MB_KEY
 
 log = logging.getLogger(__name__)
+
+# The sub-commands, in definition order; pipeline/cli.py adds them to its ``prep`` group (this
+# module never imports cli.py, so the import graph has no cycle).
+COMMANDS: list[click.Command] = []
+
+
+def command(name: str | None = None):
+    """Like ``@prep.command(name)``: a click command, added to ``prep`` by pipeline/cli.py."""
+    def register(fn) -> click.Command:
+        cmd = click.command(name)(fn)
+        COMMANDS.append(cmd)
+        return cmd
+    return register
+
+
+def _recycle_mb(ctx, param, value):
+    if value == "auto":
+        return value
+    try:
+        mb = int(value)
+    except ValueError:
+        mb = -1
+    if mb < 0:
+        raise click.BadParameter(f"{value!r}: a number of MB (0: never) or 'auto'")
+    return mb
+
+
+def cluster_options(fn):
+    """The options every Dask step shares; passes ``cluster: ClusterOptions``."""
+    @click.option("--scheduler", metavar="ADDR", default=None,
+                  help="Address of an existing Dask scheduler (tcp://HOST:PORT, or tls://HOST:PORT "
+                       "with the --tls-* options). Default: start an embedded local cluster on "
+                       "127.0.0.1.")
+    @click.option("--tls-ca-file", type=click.Path(dir_okay=False), default=None,
+                  help="With a tls:// --scheduler: the CA certificate (PEM) that signed the "
+                       "scheduler's and workers' certificates [default: Dask's configuration, "
+                       "distributed.comm.tls.ca-file].")
+    @click.option("--tls-cert", type=click.Path(dir_okay=False), default=None,
+                  help="With a tls:// --scheduler: this client's certificate (PEM), signed by "
+                       "that CA [default: Dask's configuration].")
+    @click.option("--tls-key", type=click.Path(dir_okay=False), default=None,
+                  help="The private key of --tls-cert (PEM) [default: in the --tls-cert file].")
+    @click.option("--workers", type=click.IntRange(1), default=2, show_default=True,
+                  help="Worker processes of the embedded cluster (1 thread each).")
+    @click.option("--memory-limit", default="auto", show_default=True,
+                  help="Memory limit per embedded worker, e.g. 4GiB; 'auto' splits system memory.")
+    @click.option("--progress/--no-progress", default=True, show_default=True,
+                  help="Show progress bars on stderr (only when it is a terminal and "
+                       "TQDM_DISABLE is unset).")
+    @click.option("--lost-worker-timeout", type=FiniteFloat(1), default=LOST_WORKER_TIMEOUT_S,
+                  metavar="SECONDS",
+                  help="A worker that left the cluster while tasks pinned to it (a --machines "
+                       "name) or all work waited for it: fail naming it after this long. "
+                       "Unpinned tasks of a lost worker are rerun elsewhere at once.")
+    @click.option("--recycle-mb", default="auto", show_default=True, callback=_recycle_mb,
+                  metavar="MB|auto",
+                  help="Restart a worker between two passes of a step when it holds more than "
+                       "this much anonymous memory: freed heap that its next tasks would only "
+                       "fragment further (passes share files, so nothing is lost; ~1 s a "
+                       f"restart). auto: {AUTO_RECYCLE_MB} on the embedded cluster, never on a "
+                       "--scheduler cluster, whose workers may serve others (a restart needs "
+                       "their nannies). 0: never.")
+    @click.option("-v", "--verbose", count=True,
+                  help="More log output (-v info and tracebacks of failures, -vv debug).")
+    @functools.wraps(fn)
+    def wrapper(*args, scheduler, tls_ca_file, tls_cert, tls_key, workers, memory_limit,
+                progress, lost_worker_timeout, recycle_mb, verbose, **kwargs):
+        import dask
+
+        _setup_logging(verbose)
+        security = tls_security(scheduler, tls_ca_file, tls_cert, tls_key)
+        cluster = ClusterOptions(scheduler, workers, memory_limit, show_progress(progress),
+                                 security=security)
+        with dask.config.set({LOST_WORKER_TIMEOUT_KEY: lost_worker_timeout,
+                              RECYCLE_MB_KEY: recycle_mb}):
+            return fn(*args, cluster=cluster, **kwargs)
+    return wrapper
+
+
+def local_path(ctx, param, value):
+    """Click callback: a local path made absolute (Dask workers do not share our working
+    directory); URLs and None unchanged."""
+    if value is None or "://" in str(value):
+        return value
+    return os.path.abspath(value)
+
+
+def _setup_logging(verbose: int) -> None:
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    setup_logging(level, "prep")
+
 
 DEFAULT_CHUNK = api.DEFAULT_CHUNK
 
@@ -37,7 +132,7 @@ nan_option = click.option(
     help="NaN/inf in float node or edge data: fail, log a warning, or accept silently.")
 
 
-@prep.command()
+@command()
 @click.argument("out", type=click.Path(file_okay=False), callback=local_path)
 @click.option("--generator", type=click.Choice(GENERATORS), default="planted",
               help="planted: degree-corrected block model with planted communities (the "
@@ -154,7 +249,7 @@ def _given(ctx: click.Context, name: str) -> bool:
                                                   ParameterSource.DEFAULT_MAP)
 
 
-@prep.command()
+@command()
 @click.argument("chunked", type=click.Path(), callback=local_path)
 @nan_option
 @cluster_options
@@ -217,7 +312,7 @@ def _parse_pairs(values, what: str, *, integer: bool) -> dict:
     return out
 
 
-@prep.command()
+@command()
 @click.argument("input", type=click.Path(exists=True), callback=local_path)
 @click.argument("out", type=click.Path(file_okay=False), callback=local_path)
 @click.option("--from", "kind", type=click.Choice(["auto", "tables", "csv", "parquet", "npy",
@@ -270,8 +365,8 @@ def chunk(ctx, input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_sel
     INPUT kinds:
       tables       a YAML/JSON config naming node and edge tables (CSV/Parquet files,
                    folders, globs or URLs) with key, feature, categorical, label and
-                   split columns; keys of any type are mapped out of core (README
-                   "Tables in", examples/tables/)
+                   split columns; keys of any type are mapped out of core
+                   (docs/tables.md, examples/tables/)
       csv/parquet  an edge-list file (src,dst per row), or a folder with
                    edges/<src>__<rel>__<dst>.<ext> and nodes/<ntype>/<name>.<ext>;
                    endpoints that are strings (or, with --map-keys, any integers) are
@@ -299,7 +394,7 @@ def chunk(ctx, input, out, kind, chunk_size, add_reverse_edges, dedupe, drop_sel
         click.echo(_summary(result.graph))
 
 
-@prep.command()
+@command()
 @click.argument("chunked", type=click.Path(exists=True, file_okay=False), callback=local_path)
 @click.argument("out", type=click.Path(file_okay=False), required=False, callback=local_path)
 @click.option("-p", "--num-parts", type=click.IntRange(1), default=None,
@@ -373,7 +468,7 @@ def partition(chunked, out, num_parts, method, coarse_edges, balance, objective,
     if out is None or num_parts is None:
         raise click.UsageError("OUT and --num-parts are required (unless --stats)")
     if dry_run:
-        from graphprep.pipeline.estimate import estimate_partition
+        from graphprep.pipeline.partition.estimate import estimate_partition
         click.echo(estimate_partition(
             load_chunked_graph(chunked), method, num_parts,
             api.balance_constraints(balance, method), coarse_edges,
@@ -388,7 +483,7 @@ def partition(chunked, out, num_parts, method, coarse_edges, balance, objective,
         click.echo(format_table(result.stats))
 
 
-@prep.command()
+@command()
 @click.argument("chunked", type=click.Path(exists=True, file_okay=False), callback=local_path)
 @click.argument("assignment", type=click.Path(exists=True, file_okay=False), callback=local_path)
 @click.argument("out", callback=local_path)
@@ -416,7 +511,7 @@ def dispatch(chunked, assignment, out, machines, range_size, nan_policy, dry_run
     """
     if dry_run:
         from graphprep.formats.assignment import load_assignment
-        from graphprep.pipeline.estimate import estimate_dispatch
+        from graphprep.dispatch.estimate import estimate_dispatch
         click.echo(estimate_dispatch(load_chunked_graph(chunked),
                                      load_assignment(assignment).meta.num_parts,
                                      range_size).describe())
@@ -439,7 +534,7 @@ class VerifyFailed(click.ClickException):
     exit_code = 1
 
 
-@prep.command()
+@command()
 @click.argument("chunked", type=click.Path(exists=True, file_okay=False), callback=local_path)
 @click.argument("partitioned", callback=local_path)
 @nan_option
@@ -470,7 +565,7 @@ def verify(chunked, partitioned, nan_policy, tables, cluster: ClusterOptions):
     click.echo(f"verified: {counts.edges:,} edges and {counts.nodes:,} nodes match the input")
 
 
-@prep.command("split-edges")
+@command("split-edges")
 @click.argument("chunked", type=click.Path(exists=True, file_okay=False), callback=local_path)
 @click.argument("out", type=click.Path(file_okay=False), callback=local_path)
 @click.option("--etype", required=True, metavar="SRC:REL:DST",
@@ -506,7 +601,7 @@ def split_edges(chunked, out, etype, val, test, twin, seed, overwrite, cluster: 
                        ("" if tr + va + te else " (0 edges: no masks written)"))
 
 
-@prep.command("inspect")
+@command("inspect")
 @click.argument("path", type=click.Path(), callback=local_path)
 @click.option("--json", "as_json", is_flag=True, default=False,
               help="Print one JSON object instead of the text summary: the same content with "
@@ -534,7 +629,7 @@ def inspect_cmd(path, as_json):
     click.echo(render_json(info) if as_json else render_text(info))
 
 
-@prep.command()
+@command()
 @click.argument("partitioned", type=click.Path(exists=True, file_okay=False),
                 callback=local_path)
 @click.argument("out", type=click.Path(file_okay=False), callback=local_path)
@@ -569,7 +664,7 @@ def export(partitioned, out, to, overwrite, cluster: ClusterOptions):
         click.echo(f"{out}: {to} layout ({result.root})")
 
 
-@prep.command()
+@command()
 @click.argument("paths", nargs=-1, required=True, callback=lambda c, p, v: tuple(
     local_path(c, p, x) for x in v))
 @click.option("--out", default="report.html", show_default=True, type=click.Path(),

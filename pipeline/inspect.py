@@ -19,12 +19,12 @@ import os
 import re
 
 import numpy as np
-from numpy.lib import format as npformat
 
 from graphprep.formats import FormatError, load_chunked_graph
 from graphprep.formats.assignment import META as ASSIGNMENT_META
 from graphprep.formats.assignment import load_assignment
 from graphprep.formats.integrity import PART_JSON
+from graphprep.formats.npyio import read_npy_header
 from graphprep.formats.output import MANIFEST, side_paths
 from graphprep.formats.partitioned import GRAPH_JSON, load_partitioned
 from graphprep.formats.schema import METADATA, ChunkFiles
@@ -147,14 +147,11 @@ def _npy_header(path: str) -> tuple[str, tuple[int, ...]]:
     """``(dtype, shape)`` from a ``.npy`` header (reads a few hundred bytes)."""
     try:
         with open_file(path) as f:
-            version = npformat.read_magic(f)
-            read = (npformat.read_array_header_1_0 if version == (1, 0)
-                    else npformat.read_array_header_2_0)
-            shape, _, dtype = read(f)
+            shape, dtype, _, _ = read_npy_header(f)
     except (ValueError, OSError, EOFError, SyntaxError) as err:
         raise FormatError(f"not a readable .npy header ({err})", file=path,
                           field="header") from None
-    return str(dtype), tuple(int(n) for n in shape)
+    return str(dtype), shape
 
 
 def _arrow_dtype(arrow_type) -> str:

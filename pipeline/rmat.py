@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from graphprep.pipeline.partition.permutation import FeistelPermutation
+from graphprep.pipeline.core.permutation import FeistelPermutation
 
 GRAPH500_ABC = (0.57, 0.19, 0.19)
 # FeistelPermutation's key stream for synth's node IDs: random partitions use the type index as

@@ -25,13 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError, load_chunked_graph
-from graphprep.formats.output import (AtomicOutput, fingerprint, link_files, make_manifest,
-                            write_array_chunk)
+from graphprep.formats.output import link_files, write_array_chunk
 from graphprep.formats.validate import read_checked_edges
 from graphprep.pipeline.core.arrayops import mix
-from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client
-from graphprep.formats.guard import guarded_output
-from graphprep.pipeline.core.step import finish_chunked, up_to_date
+from graphprep.pipeline.core.cluster import ClusterOptions
+from graphprep.pipeline.core.step import Work, finish_chunked, run_step
 
 log = logging.getLogger(__name__)
 
@@ -125,39 +123,34 @@ def run_split(chunked: str, out: str, spec: SplitSpec, cluster: ClusterOptions,
     options = {**{k: str(v) if k == "etype" else v for k, v in
                   dataclasses.asdict(spec).items() if k != "seed"},
                "twins": [str(t) for t, _ in types[1:]]}
-    manifest = make_manifest("split-edges", {os.path.abspath(chunked): fingerprint(chunked)},
-                             options, spec.seed)
-    with guarded_output(out, [chunked]):
-        if up_to_date(out, manifest, overwrite):
-            return None
-        output = AtomicOutput(out)
-        with output as tmp, dask_client(cluster) as client:
-            _link_inputs(graph, tmp)
-            tasks, edge_data = [], dict(graph.edge_data)
-            for et, reverse in types:
-                if not graph.num_edges[et]:
-                    # A field needs at least one chunk file (FORMATS.md §1): a 0-edge type
-                    # carries no edge data, as `prep chunk` leaves DGL's 0-row files behind.
-                    log.warning("edge type '%s' has 0 edges: no split masks are written for "
-                                "it (a 0-edge type carries no edge data)", et)
-                    continue
-                rels = {m: tuple(f"edge_data/{et.dirname}/{m}/part-{k:05d}.npy"
-                                 for k in range(len(graph.edge_chunks[et]))) for m in MASKS}
-                if set(MASKS) & set(edge_data.get(et, {})):
-                    log.warning("%s already has split masks: replaced by this split", et)
-                edge_data[et] = {**edge_data.get(et, {}),
-                                 **{m: ChunkFiles("numpy", rels[m]) for m in MASKS}}
-                tasks += [SplitTask(spec, et, reverse, graph.path(rel), graph.edges[et], rows,
-                                    graph.num_nodes[et.src], graph.num_nodes[et.dst],
-                                    tuple(os.path.join(tmp, rels[m][k]) for m in MASKS))
-                          for k, (rel, rows) in enumerate(zip(graph.edges[et].files,
-                                                              graph.edge_chunks[et]))]
-            counts = TaskRunner(client, cluster.progress)(split_chunk, tasks, "split edges")
-            result = dataclasses.replace(graph, root=tmp, edge_data=edge_data)
-            result = finish_chunked(result, tmp, manifest,
-                                    TaskRunner(client, cluster.progress))
-            output.commit()
     totals = {str(et): [0, 0, 0] for et, _ in types}       # a 0-edge type: no tasks, 0s
-    for task, c in zip(tasks, counts):
-        totals[str(task.etype)] = [a + b for a, b in zip(totals.get(str(task.etype), [0] * 3), c)]
-    return dataclasses.replace(result, root=output.final), totals
+
+    def body(work: Work) -> ChunkedGraph:
+        _link_inputs(graph, work.tmp)
+        tasks, edge_data = [], dict(graph.edge_data)
+        for et, reverse in types:
+            if not graph.num_edges[et]:
+                # A field needs at least one chunk file (FORMATS.md §1): a 0-edge type
+                # carries no edge data, as `prep chunk` leaves DGL's 0-row files behind.
+                log.warning("edge type '%s' has 0 edges: no split masks are written for "
+                            "it (a 0-edge type carries no edge data)", et)
+                continue
+            rels = {m: tuple(f"edge_data/{et.dirname}/{m}/part-{k:05d}.npy"
+                             for k in range(len(graph.edge_chunks[et]))) for m in MASKS}
+            if set(MASKS) & set(edge_data.get(et, {})):
+                log.warning("%s already has split masks: replaced by this split", et)
+            edge_data[et] = {**edge_data.get(et, {}),
+                             **{m: ChunkFiles("numpy", rels[m]) for m in MASKS}}
+            tasks += [SplitTask(spec, et, reverse, graph.path(rel), graph.edges[et], rows,
+                                graph.num_nodes[et.src], graph.num_nodes[et.dst],
+                                tuple(os.path.join(work.tmp, rels[m][k]) for m in MASKS))
+                      for k, (rel, rows) in enumerate(zip(graph.edges[et].files,
+                                                          graph.edge_chunks[et]))]
+        counts = work.run(split_chunk, tasks, "split edges")
+        for task, c in zip(tasks, counts):
+            totals[str(task.etype)] = [a + b for a, b in zip(totals[str(task.etype)], c)]
+        return dataclasses.replace(graph, root=work.tmp, edge_data=edge_data)
+
+    result = run_step("split-edges", out, cluster, body, options=options, inputs=[chunked],
+                      seed=spec.seed, overwrite=overwrite, finish=finish_chunked)
+    return None if result is None else (result, totals)

@@ -28,6 +28,9 @@ import numpy as np
 from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType, even_chunks
 from graphprep.formats.output import write_array_chunk, write_edge_chunk
 from graphprep.pipeline import rmat
+from graphprep.pipeline.core.costs import (CHUNK_EDGE, CLIENT_BASE, CLIENT_PER_CHUNK, MB,
+                                           SYNTH_EDGE_EXTRA, SYNTH_NODE_FIXED,
+                                           SYNTH_NODE_TASK_EXTRA, WORKER_BASE, size)
 
 EDGE_BLOCK = 1 << 16
 NODE_BLOCK = 1 << 14
@@ -437,3 +440,54 @@ def plan(spec: SynthSpec, out: str, chunk_size: int):
                                                         for i in range(len(node_tasks))))
                         for name in names}})
     return edge_tasks, node_tasks, graph
+
+
+# prep synth --dry-run and its refusals (synth_job.check_fits): the footprint of a spec from its
+# arguments alone, by the memory model of core/costs.py.
+@dataclass(frozen=True)
+class SynthFootprint:
+    """What ``prep synth`` of a spec needs, from its arguments alone: bytes on disk (edges,
+    node data), the peak of one worker (its largest task), the client's memory, and the
+    counts they come from."""
+
+    edges: int
+    nodes: int
+    chunks: int
+    edge_disk: int
+    node_disk: int
+    edge_task_rows: int
+    node_task_rows: int
+    peak_worker_bytes: int
+    client_bytes: int
+
+    @property
+    def disk_bytes(self) -> int:
+        return self.edge_disk + self.node_disk
+
+    def describe(self, generator: str) -> str:
+        """One line, as ``--dry-run`` prints it."""
+        return (f"synth ({generator}) dry run, from the arguments: {self.edges:,} edges and "
+                f"{self.nodes:,} nodes in {self.chunks:,} chunks; disk ~{size(self.disk_bytes)}"
+                f" (edges {size(self.edge_disk)}, node data {size(self.node_disk)}); peak per "
+                f"worker ~{self.peak_worker_bytes / MB:,.0f} MB (a task of "
+                f"{max(self.edge_task_rows, self.node_task_rows):,} rows); client "
+                f"~{self.client_bytes / MB:,.0f} MB")
+
+
+def estimate_synth(spec, chunk_size: int) -> SynthFootprint:
+    """The footprint of ``prep synth`` of ``spec`` (a ``SynthSpec``) in chunks of
+    ``chunk_size`` rows, computed without building its plan (which is itself O(chunks))."""
+    node_counts, edge_counts = spec.node_counts(), spec.edge_counts()
+    nodes, edges = sum(node_counts.values()), sum(edge_counts.values())
+    labeled = node_counts[spec.labeled_type]
+    chunks = sum(-(-n // chunk_size) for n in edge_counts.values()) + -(-labeled // chunk_size)
+    edge_disk = sum(n * (2 * -(-max(node_counts[et.src], node_counts[et.dst], 2).bit_length()
+                                // 8) + SYNTH_EDGE_EXTRA)
+                    for et, n in edge_counts.items())
+    node_row = 4 * spec.feat_dim + SYNTH_NODE_FIXED
+    node_disk = labeled * node_row
+    edge_rows = min(chunk_size, max(edge_counts.values()))
+    node_rows = min(chunk_size, labeled)
+    task = max(edge_rows * CHUNK_EDGE, node_rows * (node_row + SYNTH_NODE_TASK_EXTRA))
+    return SynthFootprint(edges, nodes, chunks, edge_disk, node_disk, edge_rows, node_rows,
+                          WORKER_BASE + task, CLIENT_BASE + chunks * CLIENT_PER_CHUNK)

@@ -7,18 +7,16 @@ worker (a task holds one chunk); a size that cannot fit is refused naming its ar
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import shutil
 
 from graphprep.formats import FormatError
-from graphprep.formats.output import AtomicOutput, make_manifest
-from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client, workers_info
-from graphprep.formats.guard import guarded_output
-from graphprep.pipeline.estimate import SynthFootprint, estimate_synth, size
-from graphprep.pipeline.core.step import finish_chunked, up_to_date
-from graphprep.pipeline.synth import RMAT_DEFAULTS, SynthSpec, plan, write_synth_chunk
+from graphprep.pipeline.core.cluster import ClusterOptions, workers_info
+from graphprep.pipeline.core.costs import size
+from graphprep.pipeline.core.step import Work, finish_chunked, run_step
+from graphprep.pipeline.synth import (RMAT_DEFAULTS, SynthFootprint, SynthSpec, estimate_synth,
+                                      plan, write_synth_chunk)
 
 log = logging.getLogger(__name__)
 
@@ -37,22 +35,18 @@ def run_synth(spec: SynthSpec, out: str, chunk_size: int, cluster: ClusterOption
     """
     options = spec.manifest_options()
     options["chunk_size"] = chunk_size
-    manifest = make_manifest("synth", {}, options, spec.seed)
-    with guarded_output(out, ()):
-        if up_to_date(out, manifest, overwrite):
-            return None
-        check_fits(spec, out, chunk_size, worker_bytes=embedded_worker_bytes(cluster))
-        output = AtomicOutput(out)
-        with output as tmp, dask_client(cluster) as client:
-            if cluster.scheduler or cluster.client is not None:
-                check_fits(spec, out, chunk_size, worker_bytes=_smallest_limit(client),
-                           disk=False)
-            runner = TaskRunner(client, cluster.progress)
-            edge_tasks, node_tasks, graph = plan(spec, tmp, chunk_size)
-            runner(write_synth_chunk, node_tasks + edge_tasks, "synth")
-            graph = finish_chunked(graph, tmp, manifest, runner)
-            output.commit()
-    return dataclasses.replace(graph, root=output.final)
+
+    def body(work: Work):
+        if cluster.scheduler or cluster.client is not None:
+            check_fits(spec, out, chunk_size, worker_bytes=_smallest_limit(work.run.client),
+                       disk=False)
+        edge_tasks, node_tasks, graph = plan(spec, work.tmp, chunk_size)
+        work.run(write_synth_chunk, node_tasks + edge_tasks, "synth")
+        return graph
+
+    return run_step("synth", out, cluster, body, options=options, seed=spec.seed,
+                    overwrite=overwrite, finish=finish_chunked, before=lambda: check_fits(
+                        spec, out, chunk_size, worker_bytes=embedded_worker_bytes(cluster)))
 
 
 def dry_run(spec: SynthSpec, out: str, chunk_size: int, cluster: ClusterOptions) -> str:
@@ -91,7 +85,7 @@ def size_arguments(spec: SynthSpec, edges_dominate: bool = True) -> str:
 
 def check_fits(spec: SynthSpec, out: str, chunk_size: int, worker_bytes: int | None = None,
                disk: bool = True) -> SynthFootprint:
-    """The footprint of the run (``estimate.estimate_synth``), after refusing, with a
+    """The footprint of the run (``synth.estimate_synth``), after refusing, with a
     ``FormatError`` naming the argument last, a run whose output exceeds the free disk at
     ``out``, whose chunks exceed this process's available memory, or whose one task exceeds
     ``worker_bytes`` (a worker's memory limit; None: not checked)."""

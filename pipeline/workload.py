@@ -39,7 +39,9 @@ def _remedy(key: str, over: list[str], method: str | None,
             balance: tuple[str, ...] | None) -> str:
     """What fixes ``key``'s imbalance (``over``: every key over the threshold)."""
     if method in ("metis", "multilevel", "kaminpar") and balance is not None:
-        from graphprep.pipeline.partition.weights import combined_constraints, constraint_keys  # a cycle at import
+        # Here, not at the top: importing partition.weights first runs partition/__init__.py
+        # (the partitioners, Dask), which imports this module; prep inspect needs neither.
+        from graphprep.pipeline.partition.weights import combined_constraints, constraint_keys
 
         combined = combined_constraints(balance)
         inside = {k for c in combined for k in constraint_keys(c)}

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from graphprep.formats import EdgeType, load_chunked_graph, read_array_chunk, read_edge_chunk
 from graphprep.pipeline.core.cluster import local_runner
 from graphprep.pipeline.partition.base import PartitionOptions
-from graphprep.pipeline.partition.metis_method import edge_cut
+from graphprep.pipeline.partition.graph_ops import edge_cut
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))    # the repository
 SHARED_DATA = os.path.join(ROOT, "..", "shared", "data")

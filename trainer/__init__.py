@@ -8,7 +8,7 @@ takes sparse input features as they are, :class:`SparseRows` and :func:`sparse_m
 (``graphprep.trainer.data.sparse``). The shipped example models are ``graphprep.trainer.examples``.
 """
 
-if __name__ != "graphprep.trainer":     # this folder reached by its bare name (say, from the repository's root)
+if __name__ != "graphprep.trainer":  # the bare folder name, e.g. from the repository root
     raise ImportError(f"import graphprep.trainer, not {__name__}: graphprep installs one package, "
                       "graphprep (pip install -e . in the repository)")
 

@@ -28,15 +28,16 @@ from graphprep.pipeline.core.console import setup_logging
 from graphprep.formats.errors import FormatError
 from graphprep.formats.partitioned import load_partitioned
 
-from graphprep.trainer.config import (FAIL_MODES, FEATURELESS, SCORERS, TASKS, TrainConfig, check_edge_feat,
-                     task_target)
+from graphprep.trainer.config import TrainConfig, check_edge_feat, task_target
+from graphprep.trainer.options import Opt, Range, click_options, declared
 from graphprep.trainer.runtime.netif import IFACE_HELP, configure_rank
 
 log = logging.getLogger("graphprep.trainer")
 
 # Past 8 intra-op threads a rank's small GNN batches stop gaining, and they lose badly while the
 # loader thread runs its own torch ops beside them: one rank with 16 threads on a 16-core
-# machine took 4.7x the forward/backward time of 8 (RESULTS.md, the lent GPU machine's CPU).
+# machine was several times slower in forward/backward than with 8 (examples/benchmarks/
+# RESULTS.md, "The GPU paths again, on a lent NVIDIA H200, and one rank's CPU threads").
 MAX_DEFAULT_THREADS = 8
 
 
@@ -44,25 +45,6 @@ def default_threads(cores: int, ranks_here: int) -> int:
     """torch intra-op threads for one of ``ranks_here`` ranks on a host with ``cores`` cores:
     an equal share of the cores, at least 1 and at most ``MAX_DEFAULT_THREADS``."""
     return max(1, min(MAX_DEFAULT_THREADS, cores // ranks_here))
-
-
-def _ints(ctx, param, value):
-    if value is None:
-        return None
-    try:
-        return [int(v) for v in value.split(",")]
-    except ValueError:
-        raise click.BadParameter(f"{value!r}: comma-separated integers, e.g. 15,10,5") from None
-
-
-def _model_args(ctx, param, value):
-    from graphprep.trainer.models.registry import ModelError, parse_model_args
-    try:
-        return parse_model_args(value)
-    except ModelError as err:
-        # the message names the option and the value; click names the option already (the
-        # value may hold ": " itself, so strip the exact prefix)
-        raise click.BadParameter(str(err).removeprefix("--model-args ")) from None
 
 
 class OneLineErrors(OneLineErrorsMixin, click.Command):
@@ -75,122 +57,31 @@ class BadInput(click.ClickException):
     exit_code = 2
 
 
-@click.command(cls=OneLineErrors,
-               context_settings={"help_option_names": ["-h", "--help"],
-                                 "show_default": True, "max_content_width": 100})
-@click.option("--graph", required=True, type=click.Path(),
-              help="graph.json written by `prep dispatch` (or its folder).")
-@click.option("--task", default="node", type=click.Choice(TASKS),
-              help="node: classify the nodes of --target. link: predict the edges of "
-                   "--target-etype (needs `prep split-edges` before dispatch).")
-@click.option("--fanouts", default="10,10", callback=_ints,
-              help="Neighbors sampled per hop, from the seeds outward; -1 = all. The number "
-                   "of values is the number of model layers (spec.num_layers).")
-@click.option("--eval-fanouts", default=None, callback=_ints,
-              help="Fanouts for validation/test [default: --fanouts].")
-@click.option("--batch-size", default=512, help="Seed nodes per training batch, per rank.")
-@click.option("--eval-batch-size", default=2048, help="Seed nodes per evaluation batch.")
-@click.option("--epochs", default=10, help="Epochs to train (a resumed run stops here too).")
-@click.option("--lr", default=0.005, help="Adam learning rate.")
-@click.option("--weight-decay", default=5e-4, help="Adam weight decay.")
-@click.option("--hidden", default=128,
-              help="Hidden width of the model's layers (gat: all heads together).")
-@click.option("--dropout", default=0.5, help="Dropout before every layer.")
-@click.option("--device", default="cpu", type=click.Choice(["cpu", "cuda"]),
-              help="Where the model runs (cuda: GPU LOCAL_RANK mod the GPU count; DDP uses "
-                   "nccl, or gloo on CPU and where ranks share a GPU).")
-@click.option("--placement", default="cpu", type=click.Choice(["cpu", "pinned", "cuda"]),
-              help="Where the part's graph structure lives and is sampled: cpu (memory-mapped), "
-                   "pinned (page-locked host memory, sampled on the CPU), cuda (sampling on the "
-                   "GPU).")
-@click.option("--ranks-per-part", default=1, help="Ranks serving each part; they split its "
-                                                  "seeds. World size = parts x this.")
-@click.option("--target", default=None,
-              help="Node type to classify [default: the one type with label and train_mask].")
-@click.option("--target-etype", default=None,
-              help="Link task: edge type to predict, src:rel:dst or a unique rel [default: "
-                   "the one type with train/val/test edge masks].")
-@click.option("--model", default="sage", show_default=True,
-              help="The model: sage (GraphSAGE-mean), gat (multi-head attention), rgcn "
-                   "(per-relation weights, heterogeneous graphs), or your own: "
-                   "PKG.MODULE:FACTORY or path/to/file.py:FACTORY, a function build(spec: "
-                   "graphprep.trainer.ModelSpec, **model_args) -> torch.nn.Module whose forward(batch: "
-                   "graphprep.trainer.Batch) returns logits (node task) or embeddings (link task); see "
-                   "'Models' above and docs/models.md. A module must import on every rank "
-                   "(e.g. on PYTHONPATH); a file is recorded by its absolute path. Examples, "
-                   "importable anywhere: graphprep.trainer.examples.pyg_gcn:build, "
-                   "graphprep.trainer.examples.pyg_gat:build, graphprep.trainer.examples.sparse_sage:build.")
-@click.option("--model-args", default=None, callback=_model_args,
-              help="JSON object of keyword arguments for the model's factory, e.g. "
-                   "'{\"heads\": 8}' [default: none].")
-@click.option("--edge-feat", default=None,
-              help="Edge data array given to the model as layer.edge_attr (the sampled "
-                   "edges' rows, returned with the sample: no extra request); gat and rgcn "
-                   "use it [default: none].")
-@click.option("--scorer", default="mlp", type=click.Choice(SCORERS),
-              help="Link task: edge score from the two end embeddings: dot product, or an MLP "
-                   "on their elementwise product.")
-@click.option("--neg-ratio", default=1, help="Link task: uniform negative edges per training "
-                                             "edge (destinations drawn over the whole type).")
-@click.option("--corrupt-src", is_flag=True,
-              help="Link task: corrupt the source of every other negative instead of the "
-                   "destination.")
-@click.option("--eval-negatives", default=100,
-              help="Link task: fixed negatives ranked against each validation/test edge for "
-                   "MRR and Hits@20/50/100 (the first also serves the AUC).")
-@click.option("--degree-input/--no-degree-input", default=None,
-              help="Append log(1 + in-degree) to every node's input features (degrees of "
-                   "the graph messages run on) [default: on for --task link, off for node].")
-@click.option("--featureless", default="embed", type=click.Choice(FEATURELESS),
-              help="Input of a node type without `feat`: embed = a learnable row per node "
-                   "(--embedding-dim wide), held by the node's owner part (12 B per value "
-                   "with Adam's moments) and trained with sparse Adam, asynchronously as "
-                   "DistDGL's DistEmbedding (with several ranks a run repeats only up to the "
-                   "interleaving of updates), saved with the checkpoints; constant = the same "
-                   "value 1.0 for every node.")
-@click.option("--embedding-dim", default=64, type=click.IntRange(1),
-              help="Width of the learnable rows of --featureless embed.")
-@click.option("--embedding-lr", default=0.01, type=click.FloatRange(0, min_open=True),
-              help="Learning rate of the sparse Adam that updates those rows (only the rows a "
-                   "batch touched; the model's weights use --lr).")
-@click.option("--seed", default=0, help="Seed of model init, shuffling, sampling and dropout: "
-                                        "the same seed gives the same run.")
-@click.option("--rpc-timeout", default=30.0, help="Seconds before an RPC or collective to a "
-                                                  "silent rank fails (and ends the job).")
-@click.option("--iface", default=None, help=IFACE_HELP)
-@click.option("--prefetch", default=2, help="Batches sampled ahead by the background loader.")
-@click.option("--cache-mb", default=64.0,
-              help="Per rank: cache the input features of the halo nodes its part references "
-                   "most, fetched once at start, up to this many MB (0 = off).")
-@click.option("--checkpoint-dir", default=None, type=click.Path(),
-              help="Folder for the per-epoch checkpoint.pt and best.pt (nothing else in it is "
-                   "touched; the run logs where) [default: checkpoints/<graph name>]. A folder "
-                   "that is neither empty nor a checkpoint folder, or holds another run's "
-                   "checkpoint (other graph, model or options), is refused without "
-                   "--overwrite or --resume.")
-@click.option("--resume", is_flag=True,
-              help="Continue from the checkpoint in --checkpoint-dir (refused when it was made "
-                   "on another graph or with other model/optimizer options).")
-@click.option("--verify-data", is_flag=True,
-              help="Also check the full content hash of every file of each rank's part "
-                   "against graph.json (reads the whole part; sizes, structure and sampled "
-                   "hashes are always checked).")
-@click.option("--metrics-out", default=None, type=click.Path(),
-              help="Write per-epoch metrics (accuracy, time breakdown, RPC bytes) as JSON here "
-                   "(rewritten after each epoch through a partial file renamed into place).")
-@click.option("--overwrite", is_flag=True,
-              help="Let --checkpoint-dir and --metrics-out replace what is not this trainer's "
-                   "own earlier output (refused without it). Never allowed when they are, hold "
-                   "or lie inside the graph's or a part's folder.")
-@click.option("--threads", default=0, help="torch threads per rank; 0 = this machine's cores "
-                                           "divided by its ranks, at most "
-                                           f"{MAX_DEFAULT_THREADS}.")
-@click.option("--progress/--no-progress", default=True, help="Progress bar on rank 0 (only when stderr is a terminal and TQDM_DISABLE is "
-                   "unset).")
-@click.option("-v", "--verbose", is_flag=True, help="Log every rank, not only rank 0.")
-@click.option("--fail-rank", default=None, type=int, hidden=True)
-@click.option("--fail-mode", default="raise", type=click.Choice(FAIL_MODES), hidden=True)
-@click.option("--fail-epoch", default=0, hidden=True)
+# the launcher's own options, shared with `trainer embed` (the run's are TrainConfig's fields)
+IFACE = Opt(IFACE_HELP, None)
+THREADS = Opt("torch threads per rank; 0 = this machine's cores divided by its ranks, at most "
+              f"{MAX_DEFAULT_THREADS}.", 0, rule=Range(0))
+VERBOSE = Opt("Log every rank, not only rank 0.", False, flag=True, short="-v")
+# where they show in --help: after these of TrainConfig's
+_LAUNCHER_AFTER = {"rpc_timeout": ("iface", IFACE), "overwrite": ("threads", THREADS),
+                   "progress": ("verbose", VERBOSE)}
+
+
+def train_options():
+    """``(name, Opt)`` of every option of the train command: TrainConfig's, with the
+    launcher's."""
+    for name, spec in declared(TrainConfig).items():
+        yield name, spec
+        if name in _LAUNCHER_AFTER:
+            yield _LAUNCHER_AFTER[name]
+
+
+COMMAND_SETTINGS = {"help_option_names": ["-h", "--help"], "show_default": True,
+                    "max_content_width": 100}
+
+
+@click.command(cls=OneLineErrors, context_settings=COMMAND_SETTINGS)
+@click_options(train_options())
 def main(graph, threads, verbose, iface, **options):
     """Train a GNN on the parts made by `prep dispatch`: node classification or link
     prediction; DDP for gradients, torch.distributed.rpc for remote sampling and features.
@@ -301,7 +192,8 @@ def _check_outputs(cfg, meta, target: str, rank: str | None) -> None:
     from graphprep.trainer.runtime.launch import LAUNCHER_ENV
     if rank is not None and LAUNCHER_ENV in os.environ:
         return
-    from graphprep.trainer.runtime.checkpoint import CheckpointInfo, check_fresh, check_resume, check_writable
+    from graphprep.trainer.runtime.checkpoint import (CheckpointInfo, check_fresh, check_resume,
+                                                      check_writable)
     from graphprep.trainer.runtime.outputs import check_train_outputs
     if rank in (None, "0"):
         check_train_outputs(cfg, meta)

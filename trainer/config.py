@@ -4,63 +4,159 @@ and data paths before any rank (or torch) starts, so a bad value costs a fractio
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass
 
 import numpy as np
 
+from graphprep.trainer.options import INTS, REQUIRED, Hops, Opt, Parser, Range, check_declared
+
 PLACEMENTS = ("cpu", "pinned", "cuda")
+DEVICES = ("cpu", "cuda")
 TASKS = ("node", "link")
 SCORERS = ("dot", "mlp")          # graphprep.trainer.models.scorer's, named here so options check without torch
 LINK_MASKS = ("train_mask", "val_mask", "test_mask")
 FAIL_MODES = ("raise", "kill", "hang", "nan")
 FEATURELESS = ("embed", "constant")   # input of a node type without features
 
+AT_LEAST_1, NOT_NEGATIVE, POSITIVE = Range(1), Range(0), Range(0, min_open=True)
+
+
+def _model_args(text: str | None) -> dict:
+    """``--model-args`` JSON (graphprep.trainer.models.registry's rule): the factory's
+    keyword arguments; ValueError without the option's name (the option names it)."""
+    from graphprep.trainer.models.registry import ModelError, parse_model_args
+    try:
+        return parse_model_args(text)
+    except ModelError as err:
+        # the value may hold ": " itself, so strip the exact prefix
+        raise ValueError(str(err).removeprefix("--model-args ")) from None
+
+
+JSON_OBJECT = Parser(_model_args, lambda value: json.dumps(value) if value else None)
+
+
+def _opt(help: str, default=REQUIRED, **how):
+    """A TrainConfig field declared with its option (graphprep.trainer.options.Opt)."""
+    return Opt(help, default, **how).field()
+
 
 @dataclass
 class TrainConfig:
-    """Everything a run depends on (the CLI's options)."""
+    """Everything a run depends on: the CLI's options, each declared once here with its help,
+    default, choices and range (graphprep.trainer.options); the launcher's own options
+    (--iface, --threads, --verbose) are graphprep.trainer.cli's."""
 
-    graph: str
-    task: str = "node"
-    fanouts: list[int] = field(default_factory=lambda: [10, 10])
-    eval_fanouts: list[int] | None = None
-    batch_size: int = 512
-    eval_batch_size: int = 2048
-    epochs: int = 10
-    lr: float = 0.005
-    weight_decay: float = 5e-4
-    hidden: int = 128
-    dropout: float = 0.5
-    device: str = "cpu"
-    placement: str = "cpu"
-    ranks_per_part: int = 1
-    seed: int = 0
-    rpc_timeout: float = 30.0
-    prefetch: int = 2
-    cache_mb: float = 64.0
-    target: str | None = None
-    target_etype: str | None = None     # link: the edge type to predict
-    scorer: str = "mlp"
-    model: str = "sage"                 # a built-in, or PKG.MODULE:FACTORY
-    model_args: dict = field(default_factory=dict)   # the factory's keyword arguments
-    edge_feat: str | None = None        # edge data given to the model as layer.edge_attr
-    neg_ratio: int = 1
-    corrupt_src: bool = False
-    eval_negatives: int = 100
-    degree_input: bool | None = None    # None: on for the link task, off for the node task
-    featureless: str = "embed"          # a type without features: learnable rows, or constant
-    embedding_dim: int = 64             # width of those learnable rows
-    embedding_lr: float = 0.01          # their sparse Adam learning rate (graphprep.trainer.data.embeddings)
-    checkpoint_dir: str | None = None
-    resume: bool = False
-    verify_data: bool = False
-    metrics_out: str | None = None
-    overwrite: bool = False             # --checkpoint-dir/--metrics-out may replace others' files
-    progress: bool = True
-    fail_rank: int | None = None        # testing: make this rank fail ...
-    fail_mode: str = "raise"            # ... by raising, SIGKILL, hanging, or NaN inputs
-    fail_epoch: int = 0
+    graph: str = _opt("graph.json written by `prep dispatch` (or its folder).", path=True)
+    task: str = _opt("node: classify the nodes of --target. link: predict the edges of "
+                     "--target-etype (needs `prep split-edges` before dispatch).", "node",
+                     choices=TASKS)
+    fanouts: list[int] = _opt("Neighbors sampled per hop, from the seeds outward; -1 = all. "
+                              "The number of values is the number of model layers "
+                              "(spec.num_layers).", factory=lambda: [10, 10], parser=INTS,
+                              rule=Hops())
+    eval_fanouts: list[int] | None = _opt("Fanouts for validation/test [default: --fanouts].",
+                                          None, parser=INTS, rule=Hops())
+    batch_size: int = _opt("Seed nodes per training batch, per rank.", 512, rule=AT_LEAST_1)
+    eval_batch_size: int = _opt("Seed nodes per evaluation batch.", 2048, rule=AT_LEAST_1)
+    epochs: int = _opt("Epochs to train (a resumed run stops here too).", 10, rule=AT_LEAST_1)
+    lr: float = _opt("Adam learning rate.", 0.005, rule=POSITIVE)
+    weight_decay: float = _opt("Adam weight decay.", 5e-4, rule=NOT_NEGATIVE)
+    hidden: int = _opt("Hidden width of the model's layers (gat: all heads together).", 128,
+                       rule=AT_LEAST_1)
+    dropout: float = _opt("Dropout before every layer.", 0.5,
+                          rule=Range(0, max=1, max_open=True))
+    device: str = _opt("Where the model runs (cuda: GPU LOCAL_RANK mod the GPU count; DDP uses "
+                       "nccl, or gloo on CPU and where ranks share a GPU).", "cpu",
+                       choices=DEVICES)
+    placement: str = _opt("Where the part's graph structure lives and is sampled: cpu "
+                          "(memory-mapped), pinned (page-locked host memory, sampled on the "
+                          "CPU), cuda (sampling on the GPU).", "cpu", choices=PLACEMENTS)
+    ranks_per_part: int = _opt("Ranks serving each part; they split its seeds. World size = "
+                               "parts x this.", 1, rule=AT_LEAST_1)
+    target: str | None = _opt("Node type to classify [default: the one type with label and "
+                              "train_mask].", None)
+    target_etype: str | None = _opt("Link task: edge type to predict, src:rel:dst or a unique "
+                                    "rel [default: the one type with train/val/test edge "
+                                    "masks].", None)
+    model: str = _opt("The model: sage (GraphSAGE-mean), gat (multi-head attention), rgcn "
+                      "(per-relation weights, heterogeneous graphs), or your own: "
+                      "PKG.MODULE:FACTORY or path/to/file.py:FACTORY, a function build(spec: "
+                      "graphprep.trainer.ModelSpec, **model_args) -> torch.nn.Module whose "
+                      "forward(batch: graphprep.trainer.Batch) returns logits (node task) or "
+                      "embeddings (link task); see 'Models' above and docs/models.md. A module "
+                      "must import on every rank (e.g. on PYTHONPATH); a file is recorded by "
+                      "its absolute path. Examples, importable anywhere: "
+                      "graphprep.trainer.examples.pyg_gcn:build, "
+                      "graphprep.trainer.examples.pyg_gat:build, "
+                      "graphprep.trainer.examples.sparse_sage:build.", "sage")
+    model_args: dict = _opt("JSON object of keyword arguments for the model's factory, e.g. "
+                            "'{\"heads\": 8}' [default: none].", factory=dict,
+                            parser=JSON_OBJECT)
+    edge_feat: str | None = _opt("Edge data array given to the model as layer.edge_attr (the "
+                                 "sampled edges' rows, returned with the sample: no extra "
+                                 "request); gat and rgcn use it [default: none].", None)
+    scorer: str = _opt("Link task: edge score from the two end embeddings: dot product, or an "
+                       "MLP on their elementwise product.", "mlp", choices=SCORERS)
+    neg_ratio: int = _opt("Link task: uniform negative edges per training edge (destinations "
+                          "drawn over the whole type).", 1, rule=AT_LEAST_1)
+    corrupt_src: bool = _opt("Link task: corrupt the source of every other negative instead "
+                             "of the destination.", False, flag=True)
+    eval_negatives: int = _opt("Link task: fixed negatives ranked against each "
+                               "validation/test edge for MRR and Hits@20/50/100 (the first "
+                               "also serves the AUC).", 100, rule=AT_LEAST_1)
+    degree_input: bool | None = _opt("Append log(1 + in-degree) to every node's input "
+                                     "features (degrees of the graph messages run on) "
+                                     "[default: on for --task link, off for node].", None,
+                                     pair=True)
+    featureless: str = _opt("Input of a node type without `feat`: embed = a learnable row per "
+                            "node (--embedding-dim wide), held by the node's owner part (12 B "
+                            "per value with Adam's moments) and trained with sparse Adam, "
+                            "asynchronously as DistDGL's DistEmbedding (with several ranks a "
+                            "run repeats only up to the interleaving of updates), saved with "
+                            "the checkpoints; constant = the same value 1.0 for every node.",
+                            "embed", choices=FEATURELESS)
+    embedding_dim: int = _opt("Width of the learnable rows of --featureless embed.", 64,
+                              rule=AT_LEAST_1)
+    embedding_lr: float = _opt("Learning rate of the sparse Adam that updates those rows "
+                               "(only the rows a batch touched; the model's weights use "
+                               "--lr).", 0.01, rule=POSITIVE)
+    seed: int = _opt("Seed of model init, shuffling, sampling and dropout: the same seed "
+                     "gives the same run.", 0, rule=NOT_NEGATIVE)
+    rpc_timeout: float = _opt("Seconds before an RPC or collective to a silent rank fails "
+                              "(and ends the job).", 30.0, rule=POSITIVE)
+    prefetch: int = _opt("Batches sampled ahead by the background loader.", 2,
+                         rule=NOT_NEGATIVE)
+    cache_mb: float = _opt("Per rank: cache the input features of the halo nodes its part "
+                           "references most, fetched once at start, up to this many MB (0 = "
+                           "off).", 64.0, rule=NOT_NEGATIVE)
+    checkpoint_dir: str | None = _opt("Folder for the per-epoch checkpoint.pt and best.pt "
+                                      "(nothing else in it is touched; the run logs where) "
+                                      "[default: checkpoints/<graph name>]. A folder that is "
+                                      "neither empty nor a checkpoint folder, or holds another "
+                                      "run's checkpoint (other graph, model or options), is "
+                                      "refused without --overwrite or --resume.", None,
+                                      path=True)
+    resume: bool = _opt("Continue from the checkpoint in --checkpoint-dir (refused when it was "
+                        "made on another graph or with other model/optimizer options).", False,
+                        flag=True)
+    verify_data: bool = _opt("Also check the full content hash of every file of each rank's "
+                             "part against graph.json (reads the whole part; sizes, structure "
+                             "and sampled hashes are always checked).", False, flag=True)
+    metrics_out: str | None = _opt("Write per-epoch metrics (accuracy, time breakdown, RPC "
+                                   "bytes) as JSON here (rewritten after each epoch through a "
+                                   "partial file renamed into place).", None, path=True)
+    overwrite: bool = _opt("Let --checkpoint-dir and --metrics-out replace what is not this "
+                           "trainer's own earlier output (refused without it). Never allowed "
+                           "when they are, hold or lie inside the graph's or a part's "
+                           "folder.", False, flag=True)
+    progress: bool = _opt("Progress bar on rank 0 (only when stderr is a terminal and "
+                          "TQDM_DISABLE is unset).", True, pair=True)
+    # testing: make rank fail_rank fail at epoch fail_epoch, by raising, SIGKILL, hanging,
+    # or NaN inputs
+    fail_rank: int | None = _opt("", None, type=int, hidden=True)
+    fail_mode: str = _opt("", "raise", choices=FAIL_MODES, hidden=True)
+    fail_epoch: int = _opt("", 0, hidden=True)
 
     @property
     def learns_embeddings(self) -> bool:
@@ -85,45 +181,9 @@ class TrainConfig:
                                  "CUDA, and torch sees no GPU here")
 
     def check_values(self) -> None:
-        """Ranges of the numeric options (NaN fails every comparison, so it is refused)."""
-        rules = [("--batch-size", self.batch_size, self.batch_size >= 1, "at least 1"),
-                 ("--eval-batch-size", self.eval_batch_size, self.eval_batch_size >= 1,
-                  "at least 1"),
-                 ("--epochs", self.epochs, self.epochs >= 1, "at least 1"),
-                 ("--lr", self.lr, self.lr > 0 and math.isfinite(self.lr), "positive"),
-                 ("--weight-decay", self.weight_decay,
-                  self.weight_decay >= 0 and math.isfinite(self.weight_decay), ">= 0"),
-                 ("--hidden", self.hidden, self.hidden >= 1, "at least 1"),
-                 ("--dropout", self.dropout, 0 <= self.dropout < 1, "in [0, 1)"),
-                 ("--ranks-per-part", self.ranks_per_part, self.ranks_per_part >= 1,
-                  "at least 1"),
-                 ("--seed", self.seed, self.seed >= 0, ">= 0"),
-                 ("--rpc-timeout", self.rpc_timeout,
-                  self.rpc_timeout > 0 and math.isfinite(self.rpc_timeout), "positive"),
-                 ("--prefetch", self.prefetch, self.prefetch >= 0, ">= 0"),
-                 ("--cache-mb", self.cache_mb, self.cache_mb >= 0 and
-                  math.isfinite(self.cache_mb), ">= 0"),
-                 ("--neg-ratio", self.neg_ratio, self.neg_ratio >= 1, "at least 1"),
-                 ("--eval-negatives", self.eval_negatives, self.eval_negatives >= 1,
-                  "at least 1"),
-                 ("--embedding-dim", self.embedding_dim, self.embedding_dim >= 1, "at least 1"),
-                 ("--embedding-lr", self.embedding_lr,
-                  self.embedding_lr > 0 and math.isfinite(self.embedding_lr), "positive")]
-        for flag, value, ok, rule in rules:
-            if not ok:
-                raise ValueError(f"{flag} {value}: must be {rule}")
-        if self.task not in TASKS:
-            raise ValueError(f"--task must be one of {TASKS}")
-        if self.featureless not in FEATURELESS:
-            raise ValueError(f"--featureless must be one of {FEATURELESS}")
-        if self.scorer not in SCORERS:
-            raise ValueError(f"--scorer must be one of {SCORERS}")
-        if self.placement not in PLACEMENTS:
-            raise ValueError(f"--placement must be one of {PLACEMENTS}")
-        if not self.fanouts:
-            raise ValueError("--fanouts: give at least one hop")
-        if any(f == 0 or f < -1 for f in self.fanouts + (self.eval_fanouts or [])):
-            raise ValueError("fanouts are positive, or -1 for all neighbors")
+        """Every option's declared choices and range (graphprep.trainer.options; NaN fails
+        every range), then the rule between options."""
+        check_declared(self)
         if self.eval_fanouts is not None and len(self.eval_fanouts) != len(self.fanouts):
             raise ValueError(f"--eval-fanouts has {len(self.eval_fanouts)} hops, --fanouts "
                              f"{len(self.fanouts)}: the model has one layer per hop")

@@ -29,9 +29,10 @@ from graphprep.formats.partitioned import load_partitioned
 
 from graphprep.trainer.batch import DenseInputs
 from graphprep.trainer.config import TrainConfig, target_etype, target_type
-from graphprep.trainer.data.embeddings import (EmbeddingTable, SparseEmbeddings, TableRoute,
-                              featureless_types, register_meta)
-from graphprep.trainer.data.features import LOG_DEGREE, FeatureFetcher, HaloCache, add_log_degree
+from graphprep.trainer.data.embeddings import (EmbeddingTable, SparseEmbeddings, featureless_types,
+                                               register_meta)
+from graphprep.trainer.data.features import (LOG_DEGREE, FeatureFetcher, HaloCache, TableRoute,
+                                             add_log_degree)
 from graphprep.trainer.data.link_data import without_held_out
 from graphprep.trainer.data.loader import NodeLoader, rank_seeds
 from graphprep.trainer.data.sparse import SparseRows
@@ -222,7 +223,6 @@ def build_model(rank: Rank, first_batch=None):
     unused = find_unused(model, user, spec, cfg.model,
                          batch if batch is not None else first_batch)
     if first_batch is not None:
-        from graphprep.trainer.train import rpc_counters
         rpc_counters(rank)          # epoch 0 counts its own traffic and time, not the probe's
         rank.breakdown.take()
     where.at("the model broadcast")
@@ -383,6 +383,17 @@ def _inject_failure(mode: str, rank: int, batch):
         batch.x_dict = {t: v * float("nan") for t, v in batch.x_dict.items()}
         return batch
     raise RuntimeError(f"injected failure on rank {rank} (--fail-rank)")
+
+
+def rpc_counters(rank: Rank) -> dict:
+    """The epoch's RPC counters of every transport the rank sends through (with several
+    ranks per part, learnable rows travel to the parts' first ranks on their own)."""
+    out = rank.transport.take_counters()
+    route = rank.table_route
+    if route is not None and route.transport is not rank.transport:
+        for name, value in route.transport.take_counters().items():
+            out[name] += value
+    return out
 
 
 def epoch_record(epoch, env, train_s, epoch_s, sums: dict[str, float], times, rpc,

@@ -16,7 +16,8 @@ import torch
 import torch.distributed as dist
 
 from graphprep.trainer.config import TrainConfig
-from graphprep.trainer.loop import UNUSED_HINT, build_model, epoch_record, join, report, summarize
+from graphprep.trainer.loop import (UNUSED_HINT, build_model, epoch_record, join, report,
+                                    rpc_counters, summarize)
 from graphprep.trainer.models.registry import ModelError, model_frame
 from graphprep.trainer.runtime import rendezvous
 from graphprep.trainer.runtime.checkpoint import (BEST, NAME, CheckpointInfo, load_checkpoint,
@@ -98,17 +99,6 @@ def _run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
     dist.barrier()
     rendezvous.stop()
     return summarize(history, task.metric)
-
-
-def rpc_counters(rank) -> dict:
-    """The epoch's RPC counters of every transport the rank sends through (with several
-    ranks per part, learnable rows travel to the parts' first ranks on their own)."""
-    out = rank.transport.take_counters()
-    route = rank.table_route
-    if route is not None and route.transport is not rank.transport:
-        for name, value in route.transport.take_counters().items():
-            out[name] += value
-    return out
 
 
 def save_tables(rank, folder: str, epoch: int, best: bool) -> None:

@@ -55,7 +55,7 @@ DGL = """
 import json, os, time
 import numpy as np, pyarrow.parquet as pq, torch, dgl
 from graphprep.formats import load_chunked_graph, read_array_chunk
-from graphprep.pipeline.partition.metis_method import edge_cut
+from graphprep.pipeline.partition.graph_ops import edge_cut
 t = time.perf_counter()
 g_ = load_chunked_graph({graph!r})
 files = [g_.path(f) for f in g_.edges[g_.edge_types[0]].files]

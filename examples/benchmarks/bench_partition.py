@@ -21,7 +21,7 @@ symmetric deduplicated CSR as the pymetis baseline, gives KaMinPar (default cont
 seed 0, 3% imbalance) ONE combined vertex weight, node count + in-degree (each over its total,
 summed: ``weights.combined_weight``; the in-degree counts every input edge row, as the
 statistics' edges per part do), with no rebalance; its seconds with and without the CSR build,
-peak RSS, edge cut (input edge rows cut, as the statistics count it: ``metis_method.edge_cut``)
+peak RSS, edge cut (input edge rows cut, as the statistics count it: ``graph_ops.edge_cut``)
 and node and edge imbalance (max/mean) are given. ``prep_kaminpar``: ``--method kaminpar``
 (the same combined weight from the ``--balance`` constraints, one thread, then the rebalance
 pass), measured as metis is, with its figures as ratios to metis's. ``--balance ntypes+edges``
@@ -30,7 +30,7 @@ on a homogeneous graph), so that their cuts compare under one constraint; each r
 the combined weight's imbalance (``imbalance_ntypes+edges``).
 Each measurement uses fresh processes, so peak RSS is that run's own. Metis is skipped (with
 the reason) where ``--method auto`` would not pick it: its estimated peak does not fit (and
-``prep_kaminpar`` where its own estimate, ``estimate.kaminpar_peak_bytes``, does not).
+``prep_kaminpar`` where its own estimate, ``core.costs.kaminpar_peak_bytes``, does not).
 Each measurement runs once, its workers' memory sampled from the benchmark's process
 (``common.WorkerMemorySampler``: reading three ``/proc`` status files 20 times a second, nothing
 in the workers; until 2026-11-28 a sampler inside the workers made a second, untimed run
@@ -58,7 +58,7 @@ import psutil  # noqa: E402
 
 from graphprep.pipeline.api import balance_constraints  # noqa: E402
 from graphprep.pipeline.partition import PartitionOptions, run_partition  # noqa: E402
-from graphprep.pipeline.estimate import kaminpar_peak_bytes  # noqa: E402
+from graphprep.pipeline.core.costs import kaminpar_peak_bytes  # noqa: E402
 from graphprep.pipeline.partition.auto import choose  # noqa: E402
 from graphprep.pipeline.synth_job import run_synth  # noqa: E402
 
@@ -99,7 +99,7 @@ in_degree = np.bincount(dst, minlength=n)     # every input edge row, as the sta
 import kaminpar
 from graphprep.formats import load_chunked_graph
 from graphprep.pipeline.partition.weights import combined_weight
-from graphprep.pipeline.partition.metis_method import edge_cut
+from graphprep.pipeline.partition.graph_ops import edge_cut
 from graphprep.pipeline.partition.parhip import write_parhip
 csr_s = time.perf_counter() - t
 weight = combined_weight(np.stack([np.ones(n, dtype=np.int64), in_degree], axis=1))

@@ -35,7 +35,8 @@ from graphprep.formats import load_chunked_graph  # noqa: E402
 from graphprep.pipeline import api  # noqa: E402
 from graphprep.pipeline.core.cluster import local_runner  # noqa: E402
 from graphprep.pipeline.partition.base import PartitionOptions  # noqa: E402
-from graphprep.pipeline.partition.metis_method import MetisPartitioner, edge_cut  # noqa: E402
+from graphprep.pipeline.partition.graph_ops import edge_cut  # noqa: E402
+from graphprep.pipeline.partition.metis_method import MetisPartitioner  # noqa: E402
 from graphprep.pipeline.partition.multilevel import MultilevelPartitioner  # noqa: E402
 
 PLANETOID = os.path.join(ROOT, "examples", "data", "planetoid")

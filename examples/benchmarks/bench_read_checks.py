@@ -6,7 +6,7 @@ in this process, in order, ``--repeat`` times with the checks as shipped and, as
 of the same run, with the check functions replaced by no-ops (edge IDs then go unchecked into
 the old->new map, as before issue 9). A last checked run times the check functions themselves
 (edge ID ranges: ``graphprep.formats.validate.check_ids``; NaN/inf scans:
-``graphprep.pipeline.convert.sources.check_finite``) against the tasks' wall time. ``--quick``: 10^4 edges,
+``graphprep.formats.fields.check_finite``) against the tasks' wall time. ``--quick``: 10^4 edges,
 one repeat (seconds; for the test suite).
 """
 
@@ -27,14 +27,14 @@ from common import parse_args, partitioned_synth  # noqa: E402
 
 import graphprep.dispatch.shuffle as shuffle_module  # noqa: E402
 import graphprep.formats.validate as validate_module  # noqa: E402
-import graphprep.pipeline.convert.sources as sources_module  # noqa: E402
+import graphprep.formats.fields as fields_module  # noqa: E402
 from graphprep.dispatch.plan import DispatchPlan  # noqa: E402
 from graphprep.dispatch.relabel import RangeTask, count_range, node_book, relabel_range  # noqa: E402
 from graphprep.dispatch.shuffle import BucketTask, bucket_edges  # noqa: E402
 from graphprep.formats import load_chunked_graph, read_edge_chunk  # noqa: E402
 from graphprep.formats.assignment import load_assignment  # noqa: E402
 
-CHECKS = ((validate_module, "check_ids"), (sources_module, "check_finite"))
+CHECKS = ((validate_module, "check_ids"), (fields_module, "check_finite"))
 
 
 @contextlib.contextmanager

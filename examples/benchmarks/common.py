@@ -65,7 +65,8 @@ def fresh_cluster(workers: int = 2):
     import dask
     from distributed import Client
 
-    from graphprep.pipeline.core.cluster import AUTO_RECYCLE_MB, RECYCLE_MB_KEY, local_cluster
+    from graphprep.pipeline.core.cluster import local_cluster
+    from graphprep.pipeline.core.recycle import AUTO_RECYCLE_MB, RECYCLE_MB_KEY
 
     # The step connects by address, where --recycle-mb's "auto" means never: this cluster is
     # this process's own, like the embedded one, so it gets the embedded default (a

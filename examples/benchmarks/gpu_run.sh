@@ -43,7 +43,7 @@ import torch, numpy, pyarrow, dask, distributed, pymetis
 print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
       torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")
 print("numpy", numpy.__version__, "pyarrow", pyarrow.__version__, "dask", dask.__version__)
-import pipeline.cli, trainer.cli  # noqa: F401
+import graphprep.pipeline.cli, graphprep.trainer.cli  # noqa: F401
 EOF
 
 step "CUDA tests"

@@ -37,7 +37,8 @@ def sparse_graph(folder: Path, damaged: bool = True) -> Path:
     """``tiny_graph`` plus a sparse node field 'words' (width 500); its chunk cut short."""
     import numpy as np
 
-    from graphprep.formats.sparse import CsrRows, write_csr_parquet
+    from graphprep.formats.output import write_csr_parquet
+    from graphprep.formats.sparse import CsrRows
     out = tiny_graph(folder)
     rng = np.random.default_rng(0)
     dense = (rng.random((600, 500)) < 0.02).astype(np.float32)

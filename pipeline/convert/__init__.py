@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import shutil
 
 from graphprep.formats import FormatError
-from graphprep.formats.output import AtomicOutput, fingerprint, make_manifest
-from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client
-from graphprep.formats.guard import guarded_output
-from graphprep.pipeline.core.step import finish_chunked, up_to_date
+from graphprep.pipeline.core.cluster import ClusterOptions
+from graphprep.pipeline.core.step import Work, finish_chunked, run_step
 from graphprep.pipeline.convert.options import ChunkOptions
 from graphprep.pipeline.convert.writer import Transforms, convert_source
 
@@ -22,7 +21,7 @@ KINDS = ("auto", "tables", "csv", "parquet", "npy", "ogb", "planetoid", "pyg", "
 
 def detect_kind(path: str) -> str:
     """Guess the input kind from what ``path`` holds."""
-    from graphprep.pipeline.convert.edgelist import is_edge_file
+    from graphprep.pipeline.convert.edgefiles import is_edge_file
     from graphprep.pipeline.convert.ogb import is_ogb
     from graphprep.pipeline.convert.pyg import processed_file
 
@@ -110,26 +109,22 @@ def run_chunk(path: str, out: str, kind: str, opts: ChunkOptions, transforms: Tr
         if config is not None:
             options["config"] = config
     fingerprinted = inputs if kind == "tables" else [path]   # a config names its tables
-    manifest = make_manifest("chunk", {os.path.abspath(p): fingerprint(p)
-                                       for p in fingerprinted}, options, None)
-    with guarded_output(out, inputs):
-        if up_to_date(out, manifest, overwrite):
-            return None
-        output = AtomicOutput(out)
-        with output as tmp, dask_client(cluster) as client:
-            runner = TaskRunner(client, cluster.progress)
-            staging = os.path.join(tmp, "_staging")
-            log.info("reading %s as %s", path, kind)
-            if tables is not None:
-                from graphprep.pipeline.convert.tables_in import from_config
-                source = from_config(tables, opts, tmp, staging, runner, nan_policy)
-            else:
-                source = build_source(path, kind, opts, tmp, staging, runner, nan_policy)
-            graph = convert_source(source, tmp, opts.chunk_size, transforms, runner)
-            if kind == "ogb":
-                from graphprep.pipeline.convert.ogb import check_edge_count
-                check_edge_count(path, sum(graph.num_edges.values()))
-            shutil.rmtree(staging, ignore_errors=True)
-            graph = finish_chunked(graph, tmp, manifest, runner, nan_policy)
-            output.commit()
-    return dataclasses.replace(graph, root=output.final)
+
+    def body(work: Work):
+        staging = os.path.join(work.tmp, "_staging")
+        log.info("reading %s as %s", path, kind)
+        if tables is not None:
+            from graphprep.pipeline.convert.tables_in import from_config
+            source = from_config(tables, opts, work.tmp, staging, work.run, nan_policy)
+        else:
+            source = build_source(path, kind, opts, work.tmp, staging, work.run, nan_policy)
+        graph = convert_source(source, work.tmp, opts.chunk_size, transforms, work.run)
+        if kind == "ogb":
+            from graphprep.pipeline.convert.ogb import check_edge_count
+            check_edge_count(path, sum(graph.num_edges.values()))
+        shutil.rmtree(staging, ignore_errors=True)
+        return graph
+
+    return run_step("chunk", out, cluster, body, options=options, inputs=inputs,
+                    fingerprinted=fingerprinted, overwrite=overwrite,
+                    finish=functools.partial(finish_chunked, nan_policy=nan_policy))

@@ -14,7 +14,8 @@ import numpy as np
 from graphprep.formats import ChunkFiles, EdgeType, FormatError
 from graphprep.formats.output import save_npy, write_array_chunk
 from graphprep.formats.sparse import CSR, is_csr
-from graphprep.pipeline.convert.sources import ArrayEdges, ArraySource, ChunkedArray, EdgeSource, NpyArray, SourceGraph
+from graphprep.formats.fields import ArraySource, ChunkedArray
+from graphprep.pipeline.convert.sources import ArrayEdges, EdgeSource, NpyArray, SourceGraph
 
 FIELD_ALIASES = {"x": "feat", "y": "label", "edge_attr": "feat"}
 

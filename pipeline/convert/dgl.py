@@ -12,7 +12,8 @@ import logging
 import numpy as np
 
 from graphprep.formats import load_chunked_graph, validate_chunked_graph
-from graphprep.pipeline.convert.sources import ChunkedArray, ChunkFileEdges, EdgeSource, SourceGraph
+from graphprep.formats.fields import ChunkedArray
+from graphprep.pipeline.convert.sources import ChunkFileEdges, EdgeSource, SourceGraph
 
 log = logging.getLogger(__name__)
 

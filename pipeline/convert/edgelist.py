@@ -10,26 +10,20 @@ compressed CSV is streamed by one task; Parquet is split by row groups.
 
 from __future__ import annotations
 
-import lzma
 import os
-import zlib
 
 from graphprep.formats import ChunkFiles, EdgeType, FormatError
-from graphprep.formats.arrays import _parquet_file
-from graphprep.formats.storage import open_file
-from graphprep.pipeline.tables.parts import COMPRESSED, byte_ranges, row_group_runs, strip_compression
+from graphprep.formats.fields import ArraySource, ChunkedArray
+from graphprep.formats.storage import parquet_file
+from graphprep.pipeline.convert import keyed
+from graphprep.pipeline.convert.edgefiles import csv_columns, edge_files, is_edge_file, no_rows
 from graphprep.pipeline.convert.options import ChunkOptions
-from graphprep.pipeline.convert.sources import (ArraySource, ChunkedArray, CsvArray, CsvColumns, CsvRange, CsvStream,
-                      EdgePart, EdgeSource, NpyArray, ParquetEdges, ScipyNpzArray, SourceGraph,
-                      is_decompress_error, truncated)
+from graphprep.pipeline.convert.sources import (CsvArray, CsvRange, CsvStream, EdgePart, EdgeSource,
+                                               NpyArray, ParquetEdges, ScipyNpzArray, SourceGraph)
+from graphprep.pipeline.tables.parts import COMPRESSED, strip_compression
+from graphprep.pipeline.tables.ranges import byte_ranges, row_group_runs
 
-EDGE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")
 HOMO_NODE, HOMO_EDGE = "_N", EdgeType("_N", "_E", "_N")
-
-
-def is_edge_file(path: str) -> bool:
-    base = strip_compression(path.lower())
-    return base.endswith(EDGE_SUFFIXES)
 
 
 def edge_parts(path: str, opts: ChunkOptions) -> list[EdgePart]:
@@ -50,53 +44,8 @@ def edge_parts(path: str, opts: ChunkOptions) -> list[EdgePart]:
             for start, end in byte_ranges(path, opts.chunk_size)]
 
 
-def csv_columns(path: str, opts: ChunkOptions) -> CsvColumns | None:
-    """Delimiter, header and src/dst column positions of an edge CSV (None: the file holds
-    nothing at all)."""
-    base = strip_compression(path.lower())
-    delimiter = opts.delimiter or ("\t" if base.endswith(".tsv") else ",")
-    try:
-        with open_file(path, compression="infer") as f:
-            raw = f.readline()
-    except (EOFError, OSError, zlib.error, lzma.LZMAError) as err:
-        if not is_decompress_error(err):  # a real I/O fault: not the input's fault
-            raise
-        raise truncated(path, err, 0) from None
-    if not raw:
-        return None
-    first = raw.decode("utf-8", "replace").rstrip("\r\n")
-    fields = [x.strip() for x in first.split(delimiter)]
-    if len(fields) < 2:
-        raise FormatError(f"found 1 column: is the delimiter {delimiter!r} right? (first line "
-                          f"{first[:80]!r}; --delimiter sets it)", file=path, row=0)
-    header = opts.header if opts.header is not None else not all(_is_int(x) for x in fields)
-    names = fields if header else [str(i) for i in range(len(fields))]
-    src = _column(opts.src_col, "src", names, header, path, 0)
-    dst = _column(opts.dst_col, "dst", names, header, path, 1)
-    if src == dst:
-        raise FormatError(f"--src-col and --dst-col name the same column: {names[dst]!r}",
-                          file=path, field="--dst-col")
-    return CsvColumns(delimiter, header, src, dst, len(fields))
-
-
-def _is_int(text: str) -> bool:
-    return text.lstrip("+-").isdigit()
-
-
-def _column(wanted: str | None, default: str, names: list[str], header: bool, path: str,
-            fallback: int) -> int:
-    if wanted is None:
-        return names.index(default) if header and default in names else fallback
-    if wanted in names and header:
-        return names.index(wanted)
-    if wanted.isdigit() and int(wanted) < len(names):
-        return int(wanted)
-    raise FormatError(f"column {wanted!r} not found (columns: {names})", file=path,
-                      field=f"--{default}-col")
-
-
 def _parquet_parts(path: str, opts: ChunkOptions) -> list[EdgePart]:
-    md = _parquet_file(path).metadata
+    md = parquet_file(path).metadata
     names = md.schema.to_arrow_schema().names
     src = opts.src_col or ("src" if "src" in names else names[0])
     dst = opts.dst_col or ("dst" if "dst" in names else names[1] if len(names) > 1 else "")
@@ -107,7 +56,7 @@ def _parquet_parts(path: str, opts: ChunkOptions) -> list[EdgePart]:
     if src == dst:
         raise FormatError(f"--src-col and --dst-col name the same column: {dst!r}", file=path,
                           field="--dst-col")
-    return [ParquetEdges(path, src, dst, first, last, start)
+    return [ParquetEdges(path, first, last, start, src_col=src, dst_col=dst)
             for first, last, start in row_group_runs(path, opts.chunk_size)]
 
 
@@ -120,7 +69,7 @@ def array_source(path: str) -> ArraySource:
     if lower.endswith(".npz"):
         return ScipyNpzArray.open(path)
     if lower.endswith((".parquet", ".pq")):
-        rows = _parquet_file(path).metadata.num_rows
+        rows = parquet_file(path).metadata.num_rows
         return ChunkedArray(path, os.path.dirname(path),
                             ChunkFiles("parquet", (os.path.basename(path),)), (rows,))
     delimiter = "\t" if lower.endswith(".tsv") else ","
@@ -134,9 +83,8 @@ def from_edge_file(path: str, opts: ChunkOptions) -> SourceGraph:
         node_data[key.split("/")[-1]] = array_source(file)
     n = opts.num_nodes.get("") or opts.num_nodes.get(HOMO_NODE)
     if n is None and not node_data:
-        from graphprep.pipeline.convert.keyed import _no_rows, edge_files
         files = edge_files(path)
-        if files and all(_no_rows(f, opts) for f in files):
+        if files and all(no_rows(f, opts) for f in files):
             # named here, by the user's file: the writer's check names no file
             raise FormatError("holds no edges, so the graph has no nodes: --num-nodes N makes "
                               "N isolated nodes", file=path)
@@ -174,10 +122,8 @@ def keyed_source(path: str, folder: bool, opts: ChunkOptions, out: str, staging:
                  runner) -> SourceGraph | None:
     """The edge list mapped from keys (``graphprep.pipeline.convert.keyed``) when its endpoints hold
     strings or ``--map-keys`` is given; None for plain integer IDs."""
-    from graphprep.pipeline.convert import keyed
-
     entries = edge_type_entries(path) if folder else [(HOMO_EDGE, path)]
-    files = [(et, keyed.edge_files(p)) for et, p in entries]
+    files = [(et, edge_files(p)) for et, p in entries]
     files = [(et, f) for et, f in files if f]
     if not files or not (opts.map_keys or any(keyed.has_string_keys(f, opts)
                                               for _, f in files)):

@@ -13,7 +13,6 @@ input, or one bucket of keys (about a chunk).
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Iterator
 
 import pyarrow as pa
@@ -22,8 +21,9 @@ import pyarrow.parquet as pq
 from graphprep.formats import EdgeType, FormatError
 from graphprep.pipeline.keys.hashing import parse_integer_keys
 from graphprep.pipeline.keys.job import EdgeTable
-from graphprep.pipeline.tables.parts import (CsvTableRange, CsvTableStream, TableFormat, csv_format, is_parquet,
-                            parquet_columns, table_parts)
+from graphprep.pipeline.tables.parts import (CsvTableRange, CsvTableStream, TableFormat, csv_format,
+                                             is_parquet, parquet_columns, table_parts)
+from graphprep.pipeline.convert.edgefiles import csv_columns, no_rows
 from graphprep.pipeline.convert.options import ChunkOptions
 from graphprep.pipeline.convert.sources import SourceGraph
 
@@ -106,7 +106,6 @@ def _with_integers(part, integers: tuple[str, ...]):
 
 
 def _has_header(path: str, opts: ChunkOptions) -> bool:
-    from graphprep.pipeline.convert.edgelist import csv_columns
     return csv_columns(path, opts).header
 
 
@@ -126,27 +125,7 @@ def _pick(wanted: str | None, default: str, names: list[str], fallback: int, pat
 
 
 def _empty_csv(path: str, opts: ChunkOptions) -> bool:
-    from graphprep.pipeline.convert.edgelist import csv_columns
     return not is_parquet(path) and csv_columns(path, opts) is None
-
-
-def _no_rows(path: str, opts: ChunkOptions) -> bool:
-    """Whether a CSV holds no data row: empty, or a header line only."""
-    if is_parquet(path):
-        return False
-    from graphprep.pipeline.convert.edgelist import csv_columns
-    columns = csv_columns(path, opts)
-    if columns is None:
-        return True
-    if not columns.header:
-        return False
-    from graphprep.formats.storage import open_file
-    with open_file(path, compression="infer") as f:
-        f.readline()
-        for line in iter(f.readline, b""):      # blank lines are no rows (pyarrow skips them)
-            if line.strip():
-                return False
-    return True
 
 
 def has_string_keys(files: list[str], opts: ChunkOptions) -> bool:
@@ -155,7 +134,7 @@ def has_string_keys(files: list[str], opts: ChunkOptions) -> bool:
     list with a typo further down stays an integer list, whose reader names the bad row). A
     file of a header only says nothing: an edge list of no edges is an integer one."""
     for path in files:
-        if _no_rows(path, opts):
+        if no_rows(path, opts):
             continue
         src, dst, fmt, _ = _names(path, opts)
         if fmt is None:
@@ -192,10 +171,3 @@ def keyed_source(name: str, tables: list[EdgeTable], opts: ChunkOptions, out: st
         raise FormatError("--num-nodes does not apply to keyed edges: the keys that appear "
                           "are the nodes", field="--num-nodes")
     return tables_source(name, [], {}, tables, {}, opts.dangling, out, staging, runner, inputs)
-
-
-def edge_files(path: str) -> list[str]:
-    from graphprep.pipeline.convert.edgelist import is_edge_file
-    if os.path.isdir(path):
-        return sorted(os.path.join(path, f) for f in os.listdir(path) if is_edge_file(f))
-    return [path]

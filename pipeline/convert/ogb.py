@@ -13,7 +13,8 @@ import os
 import numpy as np
 
 from graphprep.formats import EdgeType, FormatError
-from graphprep.pipeline.convert.sources import CsvArray, CsvColumns, CsvStream, EdgeSource, MaskFromIds, SourceGraph
+from graphprep.pipeline.convert.sources import (CsvArray, CsvColumns, CsvStream, EdgeSource,
+                                                MaskFromIds, SourceGraph)
 
 SPLITS = {"train": "train_mask", "valid": "val_mask", "test": "test_mask"}
 NODE_FILES = {"node-feat": ("feat", "float32"), "node-label": ("label", "int64"),

@@ -9,47 +9,29 @@ A converter turns its input into a :class:`SourceGraph`: per edge type a list of
 from __future__ import annotations
 
 import functools
-import gzip
 import io
-import logging
 import lzma
 import os
-import re
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType, FormatError
-from graphprep.formats.arrays import (_as_int64, _int_column, _parquet_file, array_info,
-                            read_array_chunk, read_edge_chunk, table_to_array)
-from graphprep.formats.schema import METADATA
-from graphprep.formats.sparse import CSR, CsrRows, as_rows, concat_rows, read_scipy_npz
+from graphprep.formats import ChunkFiles, EdgeType, FormatError
+from graphprep.formats.arrays import (_as_int64, _int_column, read_array_chunk, read_edge_chunk,
+                                      table_to_array)
+from graphprep.formats.fields import ArraySource
+from graphprep.formats.sparse import CSR, CsrRows, concat_rows, read_scipy_npz
 from graphprep.formats.storage import open_file
-from graphprep.formats.validate import FieldSpec, check_finite
+from graphprep.pipeline.tables.ranges import (STREAM_BLOCK_BYTES, FilePart, LineRange, RowGroupRun,
+                                             collect_rows, csv_parse_error, is_decompress_error,
+                                             truncated)
 
-log = logging.getLogger(__name__)
-
-STREAM_BLOCK_BYTES = 16 << 20
 _INT64_DIGITS = str(2**63 - 1)   # the largest int64, to find IDs too large to parse
-
-
-def is_decompress_error(err: BaseException) -> bool:
-    """True for what gzip/bz2/xz/zstd raise on a truncated or corrupt stream (an OSError with
-    an errno is a real I/O fault instead: disk, permissions)."""
-    if isinstance(err, (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile)):
-        return True
-    return isinstance(err, OSError) and err.errno is None
-
-
-def truncated(path: str, err: BaseException, rows: int | None = None) -> FormatError:
-    """The :class:`FormatError` for a compressed file that ends early or is corrupt."""
-    read = f" ({rows} data rows read before)" if rows is not None else ""
-    return FormatError(f"compressed file is truncated or corrupt: {err}{read}", file=path)
 
 
 @dataclass(frozen=True)
@@ -62,15 +44,9 @@ class EdgeBlock:
 # ----------------------------------------------------------------------------- edge parts
 
 @dataclass(frozen=True)
-class EdgePart:
-    """Some rows of one edge input file. ``first_row`` is the row of the part's first edge in
-    its file, or None when only known from the parts before it (CSV byte ranges)."""
-
-    path: str
-
-    @property
-    def first_row(self) -> int | None:
-        return 0
+class EdgePart(FilePart):
+    """Some rows of one edge input file (``first_row``: the row of the part's first edge in
+    its file, or None when only known from the parts before it, as for CSV byte ranges)."""
 
     def blocks(self) -> Iterator[EdgeBlock]:
         raise NotImplementedError
@@ -154,58 +130,14 @@ def _not_int64(col: pa.ChunkedArray, path: str, name: str, row0: int) -> FormatE
     return FormatError(f"node ID {value} {why}", file=path, field=name, row=row0 + row)
 
 
-def csv_parse_error(err: Exception | None, path: str, row0: int, rows: list) -> FormatError:
-    """The error naming the first bad row of ``rows`` (``row0`` + its line number - 1), or
-    pyarrow's own message ``err`` when no row was kept."""
-    if rows:
-        bad = rows[0]
-        return FormatError(f"expected {bad.expected_columns} columns, found "
-                           f"{bad.actual_columns}: {bad.text!r}", file=path,
-                           row=row0 + bad.number - 1 if bad.number else None)
-    found = _ARROW_CSV_PLACE.match(str(err))
-    if found:       # pyarrow's 0-based column and 1-based line of the block: say them as ours
-        column, line, message = found.groups()
-        return FormatError(message, file=path, field=f"column #{column}",
-                           row=row0 + int(line) - 1)
-    return FormatError(f"CSV parse error: {err}", file=path)
-
-
-_ARROW_CSV_PLACE = re.compile(r"In CSV column #(\d+): Row #(\d+): (.*)", re.S)
-
-
-def read_line_range(path: str, start: int, end: int) -> bytes:
-    """The whole lines of a text file whose first byte lies in ``[start, end)``: ranges that
-    tile a file read every line once."""
-    with open_file(path) as f:
-        if start:
-            f.seek(start - 1)
-            f.readline()  # the line straddling start belongs to the previous range
-        pos = f.tell()
-        if pos >= end:
-            return b""
-        data = f.read(end - pos)
-        if data and not data.endswith(b"\n"):
-            data += f.readline()
-        return data
-
-
 @dataclass(frozen=True)
-class CsvRange(EdgePart):
+class CsvRange(LineRange, EdgePart):
     """Lines of an uncompressed CSV whose first byte lies in ``[start, end)``."""
 
-    start: int = 0
-    end: int = 0
     columns: CsvColumns = CsvColumns()
 
-    @property
-    def first_row(self) -> int | None:
-        return 0 if self.start == 0 else None
-
-    def read_bytes(self) -> bytes:
-        return read_line_range(self.path, self.start, self.end)
-
     def blocks(self) -> Iterator[EdgeBlock]:
-        data = self.read_bytes()
+        data = self.read_lines()
         cols = self.columns
         if self.start != 0 and cols.header:
             cols = CsvColumns(cols.delimiter, False, cols.src, cols.dst, cols.num_columns)
@@ -229,15 +161,6 @@ class CsvRange(EdgePart):
             raise csv_parse_error(None, self.path, -header_lines, bad_rows)
         src, dst = _typed_id_columns(table, cols, self.path, 0)
         yield EdgeBlock(src, dst)
-
-
-def collect_rows(store: list):
-    """A pyarrow ``invalid_row_handler`` that keeps each bad row in ``store`` and skips it
-    (the caller raises :func:`csv_parse_error` for the first after the parse)."""
-    def handler(row):
-        store.append(row)
-        return "skip"
-    return handler
 
 
 @dataclass(frozen=True)
@@ -291,28 +214,15 @@ class _NotInteger(Exception):
 
 
 @dataclass(frozen=True)
-class ParquetEdges(EdgePart):
+class ParquetEdges(RowGroupRun, EdgePart):
     """Row groups ``[first_group, last_group)`` of a Parquet edge list."""
 
     src_col: str = "src"
     dst_col: str = "dst"
-    first_group: int = 0
-    last_group: int = 0
-    row_start: int = 0
-
-    @property
-    def first_row(self) -> int:
-        return self.row_start
 
     def blocks(self) -> Iterator[EdgeBlock]:
-        pf = _parquet_file(self.path)
         rows_before = 0  # rows of this part before the current row group
-        for g in range(self.first_group, self.last_group):
-            try:
-                table = pf.read_row_group(g, columns=[self.src_col, self.dst_col])
-            except (pa.ArrowInvalid, OSError) as err:
-                raise FormatError(f"unreadable or truncated Parquet row group {g} ({err})",
-                                  file=self.path, row=self.row_start + rows_before) from None
+        for table in self.row_groups([self.src_col, self.dst_col], name_row=True):
             try:
                 src = _int_column(table.column(self.src_col), self.path, self.src_col)
                 dst = _int_column(table.column(self.dst_col), self.path, self.dst_col)
@@ -368,28 +278,6 @@ class ChunkFileEdges(EdgePart):
 # ----------------------------------------------------------------------------- arrays
 
 @dataclass(frozen=True)
-class ArraySource:
-    """Rows of one node or edge data field. Random access when ``num_rows`` is known."""
-
-    path: str
-
-    @property
-    def num_rows(self) -> int | None:
-        return None
-
-    @property
-    def csr_dim(self) -> int:
-        """Row width of a sparse source (reads give :class:`CsrRows`); 0 for dense."""
-        return 0
-
-    def read(self, start: int, stop: int) -> np.ndarray:
-        raise NotImplementedError
-
-    def blocks(self) -> Iterator[np.ndarray]:
-        yield self.read(0, self.num_rows)
-
-
-@dataclass(frozen=True)
 class NpyArray(ArraySource):
     """A ``.npy`` file (memory-mapped), or its rows along ``axis`` 1 for ``[2, E]`` edge
     arrays (``row`` picks the row)."""
@@ -419,128 +307,6 @@ class NpyArray(ArraySource):
         if self.transpose_row is not None:
             return np.array(arr[self.transpose_row, start:stop])
         return np.array(arr[start:stop])
-
-
-@dataclass(frozen=True)
-class ChunkedArray(ArraySource):
-    """Data chunk files read as one array (DGL's node/edge data). Holds the files a read
-    overlaps (``.npy`` chunks only the rows asked for)."""
-
-    root: str = ""
-    files: ChunkFiles = None
-    rows_per_file: tuple[int, ...] = ()
-
-    @classmethod
-    def of(cls, graph, files: ChunkFiles) -> "ChunkedArray":
-        """A field of a chunked graph (rows per file read from the files' headers)."""
-        from graphprep.formats.arrays import array_info
-        rows = tuple(array_info(graph.path(f), files).rows for f in files.files)
-        return cls(graph.root, graph.root, files, rows)
-
-    @property
-    def num_rows(self) -> int:
-        return sum(self.rows_per_file)
-
-    @property
-    def csr_dim(self) -> int:
-        return self.files.dim if self.files.format == CSR else 0
-
-    def read(self, start: int, stop: int,
-             check: Callable[[str, np.ndarray, int], None] | None = None) -> np.ndarray:
-        """Rows ``[start, stop)``. ``check(path, rows, first row in that file)`` sees each file's
-        piece before the pieces are joined (so an error can name the file and its row)."""
-        from graphprep.formats.storage import join
-        bounds = np.concatenate([[0], np.cumsum(self.rows_per_file)])
-        parts = []
-        for i, rel in enumerate(self.files.files):
-            lo, hi = max(start, bounds[i]), min(stop, bounds[i + 1])
-            if lo < hi:
-                path = join(self.root, rel)
-                piece = as_rows(read_array_chunk(path, self.files)[lo - bounds[i]:
-                                                                   hi - bounds[i]])
-                if check is not None:
-                    check(path, piece, int(lo - bounds[i]))
-                parts.append(piece)
-        if not parts:
-            return CsrRows.empty(self.files.dim) if self.files.format == CSR else np.empty(0)
-        return concat_rows(parts)
-
-
-@dataclass(frozen=True)
-class DataField:
-    """One node or edge data field of the input: its chunk files read as one array.
-
-    ``spec`` is the first chunk's dtype and row shape (every chunk was checked against it when
-    the field was opened). :meth:`read` applies ``nan_policy`` to each file's rows as they
-    arrive. Holds the rows of one read.
-    """
-
-    field: str                 # e.g. "node_data.paper.feat": what errors name
-    array: ChunkedArray
-    spec: FieldSpec
-    nan_policy: str = "error"
-
-    @property
-    def csr_dim(self) -> int:
-        """Row width of a sparse field (0: dense)."""
-        return self.array.csr_dim
-
-    def read(self, start: int, stop: int) -> np.ndarray:
-        """Rows ``[start, stop)`` of the field; a NaN/inf under "error" raises
-        :class:`FormatError` naming the chunk file and its row, under "warn" is logged."""
-        return as_rows(self.array.read(start, stop, check=self._check))
-
-    def _check(self, path: str, rows: np.ndarray, row0: int) -> None:
-        warning = check_finite(rows, self.nan_policy, file=path, field=self.field, row0=row0)
-        if warning:
-            log.warning(warning)
-
-
-def open_field(graph: ChunkedGraph, files: ChunkFiles, field: str, expected_rows: int,
-               aligned: tuple[int, ...], nan_policy: str) -> DataField:
-    """A :class:`DataField` of ``files``, after checking from the chunk headers (a few bytes
-    each) that every chunk has the first one's dtype and row shape and that the rows add up
-    to ``expected_rows``. ``aligned``: rows per chunk when chunk *i* is known to cover the same
-    rows as chunk *i* of the owner's chunking (graphprep's own files), so a short chunk is
-    named; else ``()``. Raises :class:`FormatError` naming the file and field."""
-    paths = [graph.path(rel) for rel in files.files]
-    infos = [array_info(p, files) for p in paths]
-    # A chunk of 0 rows (DGL writes them for types smaller than the chunk count) holds no
-    # values: it neither sets nor must match the field's dtype and row shape.
-    ref = next((i for i, info in enumerate(infos) if info.rows), 0)
-    spec = FieldSpec(str(infos[ref].dtype), tuple(int(x) for x in infos[ref].row_shape),
-                     paths[ref])
-    for path, info in zip(paths, infos):
-        if not info.rows:
-            continue
-        found = FieldSpec(str(info.dtype), tuple(int(x) for x in info.row_shape), path)
-        if (found.dtype, found.row_shape) != (spec.dtype, spec.row_shape):
-            raise FormatError(f"dtype/shape {found.describe()} differs from the first chunk "
-                              f"{spec.first_file} ({spec.describe()})", file=path, field=field,
-                              row=0)
-    rows = tuple(info.rows for info in infos)
-    if sum(rows) != expected_rows:
-        if len(aligned) == len(rows):
-            i = next(i for i, (r, a) in enumerate(zip(rows, aligned)) if r != a)
-            raise FormatError(f"has {rows[i]} rows, its chunk of the type has {aligned[i]} "
-                              f"(all chunks: {sum(rows)} rows for {expected_rows})",
-                              file=paths[i], field=field)
-        raise FormatError(f"has {sum(rows)} rows in its chunks, the type has {expected_rows}",
-                          file=graph.path(METADATA), field=field)
-    return DataField(field, ChunkedArray(graph.root, graph.root, files, rows), spec, nan_policy)
-
-
-def data_fields(graph: ChunkedGraph, nan_policy: str = "error"):
-    """``(node fields {ntype: {name: DataField}}, edge fields {etype: {name: DataField}})``."""
-    nodes = {t: {name: open_field(graph, files, f"node_data.{t}.{name}", graph.num_nodes[t],
-                                  graph.node_chunks[t], nan_policy)
-                 for name, files in fields.items()}
-             for t, fields in graph.node_data.items()}
-    edges = {et: {name: open_field(graph, files, f"edge_data.{et}.{name}", graph.num_edges[et],
-                                   graph.edge_chunks[et], nan_policy)
-                  for name, files in fields.items()}
-             for et, fields in graph.edge_data.items()}
-    return nodes, edges
 
 
 @dataclass(frozen=True)

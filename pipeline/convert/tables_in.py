@@ -25,15 +25,16 @@ from graphprep.formats.output import save_npy, write_array_chunk, writing
 from graphprep.formats.sparse import CsrRows
 from graphprep.pipeline.keys.job import EdgeTable, MappedKeys, NodeTable, map_keys
 from graphprep.pipeline.split_edges import SplitSpec as EdgeSplit
-from graphprep.pipeline.tables.columns import (EncodeTask, VocabTask, encode_part, field_file, merge_vocabularies,
-                              part_vocabulary)
+from graphprep.pipeline.tables.columns import (EncodeTask, VocabTask, encode_part, field_file,
+                                               merge_vocabularies, part_vocabulary)
 from graphprep.pipeline.tables.config import Fields, FieldSpec, JsonOptions, TablesConfig
-from graphprep.pipeline.tables.parts import (JsonStageTask, csv_format, input_files, is_json, is_parquet,
-                            json_lines_parts, json_shape, stage_json, staged_json_parts,
-                            table_parts, with_columns)
+from graphprep.pipeline.tables.parts import (JsonStageTask, csv_format, input_files, is_json,
+                                             is_parquet, json_lines_parts, json_shape, stage_json,
+                                             staged_json_parts, table_parts, with_columns)
 from graphprep.pipeline.convert.options import ChunkOptions
-from graphprep.pipeline.convert.sources import (ArrayEdges, ChunkedArray, EdgeSource, JoinedPart, JoinedRows, NpyArray,
-                      SourceGraph)
+from graphprep.formats.fields import ChunkedArray
+from graphprep.pipeline.convert.sources import (ArrayEdges, EdgeSource, JoinedPart, JoinedRows,
+                                                NpyArray, SourceGraph)
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,8 @@ from graphprep.formats.schema import ChunkRecord
 from graphprep.formats.output import write_array_chunk, write_edge_chunk
 from graphprep.formats.validate import check_ids
 from graphprep.formats.sparse import as_rows, concat_rows
-from graphprep.pipeline.convert.sources import ArraySource, EdgePart, SourceGraph
+from graphprep.formats.fields import ArraySource
+from graphprep.pipeline.convert.sources import EdgePart, SourceGraph
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,6 @@ log = logging.getLogger(__name__)
 
 LOST_WORKER_TIMEOUT_KEY = "graphprep.lost-worker-timeout"   # dask.config key, seconds
 LOST_WORKER_TIMEOUT_S = 120.0
-RECYCLE_MB_KEY = "graphprep.recycle-mb"    # dask.config key: MB, 0 = never, "auto"
-# Held anonymous memory above which a worker is restarted between passes (recycle.py), on the
-# embedded cluster. A fresh worker holds ~60 MB and ~135 MB once a task has imported pyarrow
-# and numpy and filled their pools; 256 MB leaves room for a pass's own growth.
-AUTO_RECYCLE_MB = 256
 
 
 @dataclass(frozen=True)
@@ -170,18 +165,18 @@ def check_embedded(options: ClusterOptions, workers: int) -> None:
 # Dask's nannies start workers with MALLOC_TRIM_THRESHOLD_=65536 so that freed memory goes back
 # to the OS at once. Setting it also turns off glibc's adaptive mmap threshold: every array over
 # 128 KiB becomes a fresh mmap whose pages the kernel zeroes on first touch. Our tasks allocate
-# and free arrays of a chunk's size over and over: at 10^7 edges the multilevel partitioner
-# spent 27 s of its 73 s of CPU in the kernel with it, 9.6 s without (wall 42 s -> 31 s). Workers
-# of an embedded cluster run without it; see the README for workers you start yourself.
+# and free arrays of a chunk's size over and over, so with it the multilevel partitioner spent
+# much of its CPU in the kernel (examples/benchmarks/RESULTS.md, "bench_partition.py
+# `--methods metis,multilevel,forced`"). Workers of an embedded cluster run without it; see
+# docs/clusters.md for workers you start yourself.
 WORKER_ENVIRON = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 
 # The adaptive threshold has its own cost: once a 32 MB array is freed, every array up to 32 MB
-# goes on the heap, whose freed holes stay resident. At 10^9 edges a multilevel worker held
-# 428 MB of free heap after one task. A fixed 8 MB threshold keeps chunk-sized temporaries on
-# the heap and returns larger ones to the OS at free. Only the multilevel partitioner asks for
-# it (fix_mmap_threshold): on the planted 10^9 graph its worker peak went 641.5 -> 544.5 MB in
-# no more time, while synth (+34%) and verify (+42%), which fill chunk-sized arrays over and
-# over, slowed down under it.
+# goes on the heap, whose freed holes stay resident. A fixed 8 MB threshold keeps chunk-sized
+# temporaries on the heap and returns larger ones to the OS at free. Only the multilevel
+# partitioner asks for it (fix_mmap_threshold): it lowered the planted 10^9 graph's partition
+# peak in no more time, while synth and verify, which fill chunk-sized arrays over and over,
+# slowed down under it (examples/benchmarks/RESULTS.md, "A fixed 8 MB mmap threshold").
 MMAP_THRESHOLD = 8 << 20
 _M_MMAP_THRESHOLD = -3                    # glibc's mallopt parameter
 
@@ -355,6 +350,9 @@ class TaskRunner:
     def __init__(self, client, progress: bool = True, lost_worker_timeout: float | None = None):
         import dask
 
+        # Function-local: recycle.py subclasses distributed's WorkerPlugin, and importing
+        # distributed is left to the steps that start a cluster (recycle.py does not import
+        # this module: no cycle).
         from graphprep.pipeline.core.recycle import Recycler, recycle_limit_bytes
 
         self.client, self.progress = client, progress
@@ -693,7 +691,8 @@ class TaskCancelled(RuntimeError):
     """A task of a step was cancelled by the cluster (not by the step), so it has no result."""
 
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the repository: this file is pipeline/core/cluster.py
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _item_file(item) -> str:

@@ -25,9 +25,13 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from graphprep.pipeline.core.memory import anon_bytes
 
-from graphprep.pipeline.core.cluster import AUTO_RECYCLE_MB, RECYCLE_MB_KEY
-
 log = logging.getLogger(__name__)
+
+RECYCLE_MB_KEY = "graphprep.recycle-mb"    # dask.config key: MB, 0 = never, "auto"
+# Held anonymous memory above which a worker is restarted between passes, on the embedded
+# cluster. A fresh worker holds ~60 MB and ~135 MB once a task has imported pyarrow and numpy
+# and filled their pools; 256 MB leaves room for a pass's own growth.
+AUTO_RECYCLE_MB = 256
 
 
 def recycle_limit_bytes(client) -> int | None:
@@ -105,10 +109,11 @@ class Recycler:
         self._left_at = _RESTARTED.setdefault(address, {})   # worker name -> restart times
 
     def __call__(self) -> None:
-        from graphprep.pipeline.core.cluster import workers_info
-
         held = self.client.run(anon_bytes, on_error="ignore")
-        names = {addr: str(w.get("name")) for addr, w in workers_info(self.client).items()}
+        # The scheduler's workers asked afresh, as cluster.workers_info (this module is below
+        # cluster.py, whose TaskRunner runs a Recycler): not the client's cached identity.
+        workers = self.client.sync(self.client.scheduler.identity, n_workers=-1)["workers"]
+        names = {addr: str(w.get("name")) for addr, w in workers.items()}
         heavy = [w for w, b in held.items() if isinstance(b, int) and b > self.limit and
                  w in names and not self._checked_while_away(names[w])]
         if not heavy:

@@ -14,14 +14,12 @@ import logging
 import os
 
 from graphprep.formats import ChunkedGraph, FormatError, load_chunked_graph
-from graphprep.formats.output import (MANIFEST, AtomicOutput, fingerprint, link_files, make_manifest,
-                            write_json)
+from graphprep.formats.output import link_files, write_json
 from graphprep.formats.partitioned import GRAPH_JSON, load_partitioned
 from graphprep.formats.schema import METADATA
 from graphprep.formats.storage import is_url
-from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client
-from graphprep.formats.guard import guarded_output
-from graphprep.pipeline.core.step import up_to_date
+from graphprep.pipeline.core.cluster import ClusterOptions
+from graphprep.pipeline.core.step import Work, run_step
 
 log = logging.getLogger(__name__)
 
@@ -49,24 +47,20 @@ def run_export(source: str, out: str, to: str, cluster: ClusterOptions,
         raise FormatError(f"export reads a local {kind} graph; copy it first", file=source)
     check_input_kind(source, to)
     graph = load_chunked_graph(source) if to in CHUNKED_TARGETS else _load_parts(source)
-    manifest = make_manifest("export", {os.path.abspath(source): fingerprint(source)},
-                             {"to": to}, None)
-    with guarded_output(out, [source]):
-        if up_to_date(out, manifest, overwrite):
-            return None
-        output = AtomicOutput(out)
-        with dask_client(cluster) as client:
-            runner = TaskRunner(client, cluster.progress)
-            if to not in CHUNKED_TARGETS:
-                check_parts(graph, runner)     # before OUT's side folder is even made
-            with output as tmp:
-                result = _exporter(to)(graph, tmp, runner)
-                _carry_keys(graph, tmp)
-                result["root"] = os.path.normpath(
-                    os.path.join(output.final, os.path.relpath(result["root"], tmp)))
-                write_json(os.path.join(tmp, MANIFEST), manifest)
-                output.commit()
-    return result
+
+    def check(run) -> None:                   # before OUT's side folder is even made
+        if to not in CHUNKED_TARGETS:
+            check_parts(graph, run)
+
+    def body(work: Work) -> dict:
+        result = _exporter(to)(graph, work.tmp, work.run)
+        _carry_keys(graph, work.tmp)
+        result["root"] = os.path.normpath(
+            os.path.join(work.final, os.path.relpath(result["root"], work.tmp)))
+        return result
+
+    return run_step("export", out, cluster, body, options={"to": to}, inputs=[source],
+                    overwrite=overwrite, check=check)
 
 
 def _carry_keys(graph, out: str) -> None:

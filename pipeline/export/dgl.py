@@ -59,7 +59,7 @@ from graphprep.formats import EdgeType
 from graphprep.formats.partitioned import PartitionedGraph
 
 from graphprep.pipeline.export.parts import PartView
-from graphprep.pipeline.export.requires import import_in_task, require
+from graphprep.pipeline.core.requires import import_in_task, require
 
 # DGL 1.1.3 imports `packaging`, falling back to setuptools<70's vendored copy: installing
 # packaging avoids that downgrade, which conflicts with torch 2.13 (setuptools>=77.0.3).

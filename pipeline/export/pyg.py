@@ -34,7 +34,7 @@ from graphprep.formats import EdgeType
 from graphprep.formats.partitioned import PartitionedGraph
 
 from graphprep.pipeline.export.parts import PartView
-from graphprep.pipeline.export.requires import import_in_task, require
+from graphprep.pipeline.core.requires import import_in_task, require
 
 TORCH_MISSING = "--to pyg writes torch files and needs torch (pip install -c constraints.txt torch)"
 

@@ -30,8 +30,8 @@ import pyarrow.parquet as pq
 from graphprep.formats import EdgeType, FormatError
 from graphprep.formats.schema import KeyMap
 from graphprep.pipeline.tables.parts import TablePart
-from graphprep.pipeline.keys.numbering import BucketCount, BucketTask, FinishTask, PieceRef, count_bucket, \
-    finish_bucket
+from graphprep.pipeline.keys.numbering import (BucketCount, BucketTask, FinishTask, PieceRef,
+                                               count_bucket, finish_bucket)
 from graphprep.pipeline.keys.pieces import KeyColumn, PieceResult, PieceTask, write_pieces
 from graphprep.pipeline.keys.translate import SideRef, TranslateTask, translate_part
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from graphprep.formats import FormatError
 from graphprep.formats.output import writing
-from graphprep.pipeline.tables.parts import TablePart
+from graphprep.pipeline.tables.parts import TablePart, read_part
 from graphprep.pipeline.keys.hashing import bucket_of, is_text, key_hash, key_kind, normalize_keys
 
 PIECE_SCHEMA_FIELDS = ("key", "hash", "row")
@@ -48,15 +48,6 @@ class PieceResult:
     problem: FormatError | None = None   # row relative to the part when its first row is unknown
     problem_rows_before: int = 0      # rows of the part before the table the problem is in
     columns: tuple[str, ...] = field(default_factory=tuple)
-
-
-def read_part(part: TablePart) -> pa.Table:
-    """The part's columns as one table (the part's rows in memory)."""
-    tables = list(part.tables())
-    if not tables:
-        return pa.table({c: pa.array([], pa.string()) for c in part.columns})
-    return pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 \
-        else tables[0]
 
 
 def write_pieces(task: PieceTask) -> PieceResult:

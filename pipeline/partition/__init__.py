@@ -1,4 +1,4 @@
-"""``prep partition``: a chunked graph -> a partition assignment (DESIGN §2), with statistics.
+"""``prep partition``: a chunked graph -> a partition assignment (FORMATS.md §2), with statistics.
 
 Methods are plug-ins (:class:`graphprep.pipeline.partition.base.Partitioner`) registered in
 ``PARTITIONERS``; a new method only implements ``assign``.
@@ -14,10 +14,9 @@ import numpy as np
 
 from graphprep.formats import load_chunked_graph
 from graphprep.formats.assignment import AssignmentMeta, load_assignment, write_meta
-from graphprep.formats.output import AtomicOutput, MANIFEST, fingerprint, make_manifest, write_json
 from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client
-from graphprep.formats.guard import OutputLock, guarded_output
-from graphprep.pipeline.core.step import up_to_date
+from graphprep.formats.guard import OutputLock
+from graphprep.pipeline.core.step import Work, run_step
 from graphprep.pipeline.partition.auto import choose_for
 from graphprep.pipeline.partition.base import PartitionOptions, default_balance
 from graphprep.pipeline.partition.kaminpar_method import KaminparPartitioner
@@ -44,49 +43,46 @@ def run_partition(chunked: str, out: str, method: str, options: PartitionOptions
         # the method's default, resolved here so the manifest (and so partition_meta.json's
         # options) records what was balanced, and an explicit equal --balance is the same work
         options = dataclasses.replace(options, balance=default_balance(graph, method))
-    fp = fingerprint(chunked)
     opts = {k: v for k, v in dataclasses.asdict(options).items() if k != "seed"}
     opts.update(method=method, dgl_compat=dgl_compat)
-    manifest = make_manifest("partition", {os.path.abspath(chunked): fp}, opts, options.seed)
-    with guarded_output(out, [chunked]):
-        if up_to_date(out, manifest, overwrite):
-            return None
-        return _partition_into(AtomicOutput(out), graph, fp, manifest, method, options,
-                               cluster, dgl_compat)
+    meta = run_step("partition", out, cluster,
+                    lambda work: _partition_into(work, graph, method, options, dgl_compat),
+                    options=opts, inputs=[chunked], seed=options.seed, overwrite=overwrite)
+    if meta is not None:
+        log_warnings(meta.stats)
+    return meta
 
 
-def _partition_into(output: AtomicOutput, graph, fp: str, manifest: dict, method: str,
-                    options: PartitionOptions, cluster: ClusterOptions, dgl_compat: bool):
-    with output as tmp, dask_client(cluster) as client:
-        runner = TaskRunner(client, cluster.progress)
-        # auto: metis or multilevel, by metis's estimated memory against the workers' (auto.py)
-        choice = choose_for(graph, runner, options.balance) if method == "auto" else None
-        partitioner = PARTITIONERS[choice.method if choice else method]()
-        algo = partitioner.assign(graph, options, runner, tmp)
-        meta = AssignmentMeta(options.num_parts, algo, graph.graph_name, options.seed, fp,
-                              graph.node_types, manifest["options"])
-        if dgl_compat and algo not in DGL_ALGO_NAMES:
-            # DGL's dispatch refuses other names; multilevel and kaminpar are METIS-style
-            # partitions
-            meta = dataclasses.replace(meta, algo_name="metis", method=algo)
-        write_meta(tmp, meta)
-        assignment = load_assignment(tmp, graph)          # checks lengths and ranges
-        stats = partition_stats(graph, assignment, runner)
-        stats["imbalance"].update(combined_imbalance(stats, options.balance))
-        stats.update(getattr(partitioner, "info", {}))
-        stats["warnings"] = work_warnings(stats, choice.method if choice else method,
-                                          options.balance)
-        if choice is not None:
-            stats["auto"] = {"chosen": choice.method, "reason": choice.describe(),
-                             "metis_peak_bytes": choice.metis_peak_bytes,
-                             "budget_bytes": choice.budget_bytes}
-        meta = dataclasses.replace(meta, stats=stats)
-        write_meta(tmp, meta)
-        if dgl_compat:
-            write_dgl_txt(tmp, graph.node_types)
-        write_json(os.path.join(tmp, MANIFEST), manifest)
-        output.commit()
-    log_warnings(stats)
+def _partition_into(work: Work, graph, method: str, options: PartitionOptions,
+                    dgl_compat: bool) -> AssignmentMeta:
+    """The assignment of ``graph`` and its statistics, written into ``work.tmp``."""
+    runner, tmp = work.run, work.tmp
+    fp, = work.manifest["inputs"].values()
+    # auto: metis or multilevel, by metis's estimated memory against the workers' (auto.py)
+    choice = choose_for(graph, runner, options.balance) if method == "auto" else None
+    partitioner = PARTITIONERS[choice.method if choice else method]()
+    algo = partitioner.assign(graph, options, runner, tmp)
+    meta = AssignmentMeta(options.num_parts, algo, graph.graph_name, options.seed, fp,
+                          graph.node_types, work.manifest["options"])
+    if dgl_compat and algo not in DGL_ALGO_NAMES:
+        # DGL's dispatch refuses other names; multilevel and kaminpar are METIS-style
+        # partitions
+        meta = dataclasses.replace(meta, algo_name="metis", method=algo)
+    write_meta(tmp, meta)
+    assignment = load_assignment(tmp, graph)          # checks lengths and ranges
+    stats = partition_stats(graph, assignment, runner)
+    stats["imbalance"].update(combined_imbalance(stats, options.balance))
+    stats.update(getattr(partitioner, "info", {}))
+    stats["warnings"] = work_warnings(stats, choice.method if choice else method,
+                                      options.balance)
+    if choice is not None:
+        stats["auto"] = {"chosen": choice.method, "reason": choice.describe(),
+                         "metis_peak_bytes": choice.metis_peak_bytes,
+                         "budget_bytes": choice.budget_bytes}
+    meta = dataclasses.replace(meta, stats=stats)
+    write_meta(tmp, meta)
+    if dgl_compat:
+        write_dgl_txt(tmp, graph.node_types)
     return meta
 
 

@@ -1,14 +1,13 @@
 """``--method auto``: ``metis`` when its in-memory peak fits the memory budget, else ``kaminpar``
 when its (about 5x smaller) in-memory peak fits, else ``multilevel``.
 
-Why this order (issue 32, RESULTS.md): where METIS fits it gives the best cut under several
-constraints (KaMinPar 1.01-1.05x its cut on R-MAT, equal on the planted graph, at 0.23-0.39x
-its peak and 0.53-2.06x its time). Where METIS does not fit, KaMinPar beats multilevel: on
-R-MAT scale 20, 4 parts, 18.0 s / 69.9% cut against 44.3 s / 71.5%; on the planted 10^7-edge
-graph 11.9 s against 34.8 s at the same cut; multilevel holds the least (0.5 GB) and takes
-every graph that fits no single task.
+Why this order (issue 32; the figures: examples/benchmarks/RESULTS.md, "`--method auto`'s
+order"): where METIS fits it gives the best cut under several constraints (KaMinPar's is a
+little higher on R-MAT, equal on the planted graph, at a fraction of METIS's peak). Where
+METIS does not fit, KaMinPar beats multilevel in time at the same or a better cut; multilevel
+holds the least and takes every graph that fits no single task.
 
-The estimate is the memory model's (``pipeline/estimate.py``, also behind the multilevel
+The estimate is the memory model's (``pipeline/core/costs.py``, also behind the multilevel
 budget): ``--method metis`` peaks at about ``METIS_BYTES_PER_EDGE`` (270) bytes per input edge in
 its one task (measured: 2,658 MB at 10^7 edges, node counts balanced), plus
 ``METIS_PER_NODE_CONSTRAINT`` bytes per node for each further vertex-weight column (the default
@@ -26,8 +25,7 @@ from dataclasses import dataclass
 
 import importlib.util
 
-from graphprep.pipeline.estimate import (METIS_BYTES_PER_EDGE, kaminpar_peak_bytes,  # noqa: F401 (tests, bench)
-                        metis_peak_bytes)
+from graphprep.pipeline.core.costs import kaminpar_peak_bytes, metis_peak_bytes
 from graphprep.pipeline.partition.base import num_constraints
 from graphprep.pipeline.partition.multilevel.budget import worker_memory_bytes
 

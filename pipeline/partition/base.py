@@ -10,7 +10,7 @@ import numpy as np
 
 from graphprep.formats import ChunkedGraph, FormatError
 from graphprep.formats.schema import METADATA
-from graphprep.pipeline.convert.sources import open_field
+from graphprep.formats.fields import open_field
 from graphprep.pipeline.partition.weights import counts_combined
 
 BALANCE_KEYS = ("ntypes", "train", "edges")

@@ -2,9 +2,10 @@
 quotient graph.
 
 A partitioner that balances one weight (KaMinPar on the combined weight) can leave parts far
-apart in each constraint: on R-MAT one part took most isolated nodes (1.4x the nodes, no
-edges) and another the hubs, and the rebalance pass, built to repair a few percent, stopped
-with a part 10-20% over. Cut into ``K`` blocks instead (a few per part), the blocks differ as
+apart in each constraint: on R-MAT one part took most isolated nodes (far more than its share
+of the nodes, no edges) and another the hubs, and the rebalance pass, built to repair a few
+percent, stopped with a part well over its caps (examples/benchmarks/RESULTS.md, "Before the
+blocks"). Cut into ``K`` blocks instead (a few per part), the blocks differ as
 much, but grouping them is a small multi-constraint problem: the quotient graph has one vertex
 per block, weighted by the block's load in each constraint, and one edge per pair of blocks,
 weighted by the adjacency entries between them; METIS (multi-constraint vertex weights, edge

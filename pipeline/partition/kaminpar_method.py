@@ -2,8 +2,8 @@
 on the whole graph, in one Dask task, as ``--method metis`` does it.
 
 The task assembles the same symmetrized, deduplicated, self-loop-free graph of all edge types
-(``metis_method.symmetric_csr``) and the same vertex-weight columns for ``--balance``
-(``metis_method.vertex_weights``). KaMinPar balances one node weight, so the columns are
+(``graph_ops.symmetric_csr``) and the same vertex-weight columns for ``--balance``
+(``graph_ops.vertex_weights``). KaMinPar balances one node weight, so the columns are
 folded into one (``weights.combined_weight``: each column over its total, summed, scaled to
 integers); then ``rebalance`` enforces every constraint within ``--imbalance``, as after METIS.
 
@@ -26,7 +26,7 @@ node) under ``out/.kaminpar`` and has KaMinPar load it. Our in-memory adjacency 
 written: the rebalance pass reads the file's, memory-mapped. **It holds the whole graph in that
 worker's memory**: the CSR build's sorted keys (16 B per edge) and CSR, then KaMinPar's own
 copy (64-bit IDs and weights in the pip build) and its coarse levels, beside our offsets and
-``[n, ncon]`` weights; ``pipeline/estimate.py`` has the measured peak per edge.
+``[n, ncon]`` weights; ``pipeline/core/costs.py`` has the measured peak per edge.
 
 One thread: a Dask worker runs one task per thread, and KaMinPar with more threads does not
 give the same partition for the same seed (measured on R-MAT scale 16: two 2-thread runs
@@ -41,11 +41,12 @@ import shutil
 import numpy as np
 
 from graphprep.formats import ChunkedGraph
-from graphprep.pipeline.export.requires import import_in_task, require
+from graphprep.pipeline.core.requires import import_in_task, require
 from graphprep.pipeline.partition.base import PartitionOptions
 from graphprep.pipeline.partition.block_groups import group_blocks
-from graphprep.pipeline.partition.metis_method import (OBJECTIVES, MetisTask, check_whole_graph_options, enforce_balance,
-                           save_parts, symmetric_csr, vertex_weights)
+from graphprep.pipeline.partition.graph_ops import (OBJECTIVES, WholeGraphTask,
+                                                    check_whole_graph_options, enforce_balance,
+                                                    save_parts, symmetric_csr, vertex_weights)
 from graphprep.pipeline.partition.parhip import mapped_adjacency, write_parhip
 from graphprep.pipeline.partition.rebalance import loads_of
 from graphprep.pipeline.partition.weights import balance_keys, combined_weight
@@ -128,7 +129,7 @@ def balanced_parts(kaminpar, path: str, xadj: np.ndarray, adjncy: np.ndarray,
     return enforce_balance(best, xadj, adjncy, weights, opts), info
 
 
-def kaminpar_parts(task: MetisTask) -> dict:
+def kaminpar_parts(task: WholeGraphTask) -> dict:
     """Build the CSR, run KaMinPar on the combined weight, enforce every constraint, write
     ``<ntype>.npy``. Returns KaMinPar's own edge cut (of the simple symmetric graph, into
     ``kaminpar_blocks`` blocks, before the rebalance), the blocks, and the bytes of the CSR and
@@ -168,5 +169,5 @@ class KaminparPartitioner:
     def assign(self, graph: ChunkedGraph, options: PartitionOptions, runner, out: str) -> str:
         require(("kaminpar",), KAMINPAR_MISSING, field="--method")
         check_whole_graph_options(graph, options)
-        (self.info,) = runner(kaminpar_parts, [MetisTask(graph, options, out)], "kaminpar")
+        (self.info,) = runner(kaminpar_parts, [WholeGraphTask(graph, options, out)], "kaminpar")
         return self.name

@@ -16,7 +16,7 @@ import numpy as np
 from graphprep.formats import ChunkedGraph, FormatError
 from graphprep.formats.schema import METADATA
 from graphprep.pipeline.partition.base import PartitionOptions, create_assignment_files
-from graphprep.pipeline.partition.permutation import FeistelPermutation
+from graphprep.pipeline.core.permutation import FeistelPermutation
 
 SLICE = 1 << 22
 

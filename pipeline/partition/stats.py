@@ -21,7 +21,7 @@ from graphprep.formats.assignment import Assignment
 from graphprep.formats.output import save_npy
 from graphprep.formats.validate import read_checked_edges
 from graphprep.pipeline.core.arrayops import unique_ints
-from graphprep.pipeline.convert.sources import DataField, open_field
+from graphprep.formats.fields import DataField, open_field
 from graphprep.pipeline.partition.weights import combined_constraints, constraint_keys
 
 SPLITS = ("train_mask", "val_mask", "test_mask")

@@ -25,8 +25,7 @@ from graphprep.formats.output import save_npy, write_array_chunk
 from graphprep.formats.sparse import csr_from_lists, is_csr
 from graphprep.pipeline.core.arrayops import mix
 from graphprep.pipeline.tables.config import SPLIT_NAMES, FieldSpec, SplitSpec
-from graphprep.pipeline.keys.pieces import read_part
-from graphprep.pipeline.tables.parts import TablePart
+from graphprep.pipeline.tables.parts import TablePart, read_part
 
 MAX_VOCABULARY = 1 << 20
 MAX_ONE_HOT = 1024

@@ -17,7 +17,6 @@ import yaml
 from graphprep.formats import EdgeType, FormatError
 from graphprep.formats.storage import is_url, read_text
 
-FIELD_KINDS = ("feature", "categorical", "label")
 SPLIT_NAMES = ("train", "val", "test")
 JSON_SHAPES = ("records", "lines", "object")
 

@@ -25,10 +25,11 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from graphprep.formats import FormatError
-from graphprep.formats.arrays import _parquet_file
-from graphprep.formats.storage import is_url, open_file, size
-from graphprep.pipeline.convert.sources import (STREAM_BLOCK_BYTES, collect_rows, csv_parse_error,
-                               is_decompress_error, read_line_range, truncated)
+from graphprep.formats.storage import is_url, open_file, parquet_file
+from graphprep.pipeline.tables.ranges import (STREAM_BLOCK_BYTES, FilePart, LineRange, RowGroupRun,
+                                             byte_ranges, collect_rows, csv_parse_error,
+                                             is_decompress_error, read_head, read_head_lines,
+                                             row_group_runs, truncated)
 
 CSV_SUFFIXES = (".csv", ".tsv", ".txt")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -106,19 +107,6 @@ class TableFormat:
                                     quoted_strings_can_be_null=False)
 
 
-def read_head_lines(path: str, nbytes: int) -> bytes:
-    """The whole lines within the first ``nbytes`` of a (maybe compressed) text file, the
-    sample its column types are inferred from; a file cut short names itself."""
-    try:
-        with open_file(path, compression="infer") as f:
-            head = f.read(nbytes)
-    except (EOFError, OSError, zlib.error, lzma.LZMAError) as err:
-        if not is_decompress_error(err):
-            raise
-        raise truncated(path, err, 0) from None
-    return head[:head.rfind(b"\n") + 1] if len(head) == nbytes else head
-
-
 def csv_format(path: str, columns: tuple[str, ...], *, delimiter: str | None = None,
                header: bool = True, strings: tuple[str, ...] = (),
                max_rows: int | None = None, names: tuple[str, ...] = ()) -> TableFormat:
@@ -185,41 +173,32 @@ def _widened(dtype: pa.DataType) -> pa.DataType:
 
 
 @dataclass(frozen=True)
-class TablePart:
-    """Some rows of one table file. ``first_row``: the row of the part's first row in its file
-    (data rows, not counting a header), or None when known only from the parts before it."""
+class TablePart(FilePart):
+    """Some rows of one table file (:class:`FilePart`), read as tables of ``columns``."""
 
-    path: str
     columns: tuple[str, ...] = ()
-
-    @property
-    def first_row(self) -> int | None:
-        return 0
 
     def tables(self) -> Iterator[pa.Table]:
         raise NotImplementedError
 
 
-@dataclass(frozen=True)
-class LineRange(TablePart):
-    """The whole lines of an uncompressed text file whose first byte lies in ``[start,
-    end)``: ranges that tile a file read each line once; only the first knows its row."""
-
-    start: int = 0
-    end: int = 0
-    fmt: TableFormat = field(default_factory=TableFormat)
-
-    @property
-    def first_row(self) -> int | None:
-        return 0 if self.start == 0 else None
+def read_part(part: TablePart) -> pa.Table:
+    """The part's columns as one table (the part's rows in memory)."""
+    tables = list(part.tables())
+    if not tables:
+        return pa.table({c: pa.array([], pa.string()) for c in part.columns})
+    return pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 \
+        else tables[0]
 
 
 @dataclass(frozen=True)
-class CsvTableRange(LineRange):
+class CsvTableRange(LineRange, TablePart):
     """The lines of an uncompressed CSV whose first byte lies in ``[start, end)``."""
 
+    fmt: TableFormat = field(default_factory=TableFormat)
+
     def tables(self) -> Iterator[pa.Table]:
-        data = read_line_range(self.path, self.start, self.end)
+        data = self.read_lines()
         if not data.strip():
             return
         bad: list = []
@@ -269,25 +248,12 @@ class CsvTableStream(TablePart):
 
 
 @dataclass(frozen=True)
-class ParquetTablePart(TablePart):
+class ParquetTablePart(RowGroupRun, TablePart):
     """Row groups ``[first_group, last_group)`` of a Parquet file."""
 
-    first_group: int = 0
-    last_group: int = 0
-    row_start: int = 0
-
-    @property
-    def first_row(self) -> int:
-        return self.row_start
-
     def tables(self) -> Iterator[pa.Table]:
-        pf = _parquet_file(self.path)
-        for g in range(self.first_group, self.last_group):
-            try:
-                yield decoded(pf.read_row_group(g, columns=list(self.columns)))
-            except (pa.ArrowInvalid, OSError) as err:
-                raise FormatError(f"unreadable or truncated Parquet row group {g} ({err})",
-                                  file=self.path) from None
+        for table in self.row_groups(list(self.columns)):
+            yield decoded(table)
 
 
 def decoded(table: pa.Table) -> pa.Table:
@@ -301,7 +267,7 @@ def decoded(table: pa.Table) -> pa.Table:
 
 def parquet_columns(path: str) -> list[str]:
     """The column names of a Parquet file (its footer only)."""
-    return _parquet_file(path).metadata.schema.to_arrow_schema().names
+    return parquet_file(path).metadata.schema.to_arrow_schema().names
 
 
 def table_parts(path: str, columns: tuple[str, ...], rows_per_part: int,
@@ -322,32 +288,6 @@ def table_parts(path: str, columns: tuple[str, ...], rows_per_part: int,
             for start, end in byte_ranges(path, rows_per_part)]
 
 
-def row_group_runs(path: str, rows_per_part: int) -> list[tuple[int, int, int]]:
-    """Runs of consecutive row groups of a Parquet file, about ``rows_per_part`` rows each
-    (a larger group is a run of its own): ``(first group, last group + 1, first row)``.
-    Reads the footer only."""
-    md = _parquet_file(path).metadata
-    runs, first, rows, start = [], 0, 0, 0
-    for g in range(md.num_row_groups):
-        rows += md.row_group(g).num_rows
-        if rows >= rows_per_part or g == md.num_row_groups - 1:
-            runs.append((first, g + 1, start))
-            first, start, rows = g + 1, start + rows, 0
-    return runs
-
-
-def byte_ranges(path: str, rows_per_part: int) -> list[tuple[int, int]]:
-    """``[start, end)`` byte ranges tiling an uncompressed text file, about ``rows_per_part``
-    lines each (line length estimated from the first 64 KiB; at least 64 KiB a range). Read
-    with ``read_line_range``, they give every line once."""
-    total = size(path)
-    with open_file(path) as f:
-        sample = f.read(1 << 16)
-    lines = max(sample.count(b"\n"), 1)
-    step = max(int(rows_per_part * len(sample) / lines * 0.95), 1 << 16)
-    return [(start, min(start + step, total)) for start in range(0, max(total, 1), step)]
-
-
 def with_columns(part: TablePart, columns: tuple[str, ...]) -> TablePart:
     """The same rows of the same file, reading ``columns``."""
     return replace(part, columns=columns)
@@ -363,14 +303,7 @@ def json_shape(path: str, shape: str | None = None) -> str:
         return shape
     if strip_compression(path.lower()).endswith(JSON_LINES_SUFFIXES):
         return "lines"
-    try:
-        with open_file(path, compression="infer") as f:
-            head = f.read(HEAD_BYTES)
-    except (EOFError, OSError, zlib.error, lzma.LZMAError) as err:
-        if not is_decompress_error(err):
-            raise
-        raise truncated(path, err, 0) from None
-    text = head.lstrip()
+    text = read_head(path, HEAD_BYTES).lstrip()
     if text[:1] == b"[":
         return "records"
     if text[:1] == b"{":
@@ -432,11 +365,13 @@ def _json_lines_table(data, fmt: TableFormat, columns: tuple[str, ...], path: st
 
 
 @dataclass(frozen=True)
-class JsonLinesRange(LineRange):
+class JsonLinesRange(LineRange, TablePart):
     """The lines of an uncompressed JSON lines file whose first byte lies in ``[start, end)``."""
 
+    fmt: TableFormat = field(default_factory=TableFormat)
+
     def tables(self) -> Iterator[pa.Table]:
-        data = read_line_range(self.path, self.start, self.end)
+        data = self.read_lines()
         if data.strip():
             yield _json_lines_table(io.BytesIO(data), self.fmt, self.columns, self.path,
                                     max(len(data), 1 << 16))
@@ -470,7 +405,7 @@ class JsonStaged(ParquetTablePart):
     staged: str = ""
 
     def tables(self) -> Iterator[pa.Table]:
-        pf = _parquet_file(self.staged)
+        pf = parquet_file(self.staged)
         for g in range(self.first_group, self.last_group):
             yield pf.read_row_group(g, columns=list(self.columns))
 

@@ -11,8 +11,9 @@ from distributed import Client
 from conftest import assign, options
 
 from graphprep.pipeline.core.memory import anon_bytes
-from graphprep.pipeline.core.cluster import AUTO_RECYCLE_MB, RECYCLE_MB_KEY, TaskRunner, local_cluster
-from graphprep.pipeline.core.recycle import Recycler, on_every_worker, recycle_limit_bytes
+from graphprep.pipeline.core.cluster import TaskRunner, local_cluster
+from graphprep.pipeline.core.recycle import (AUTO_RECYCLE_MB, RECYCLE_MB_KEY, Recycler,
+                                             on_every_worker, recycle_limit_bytes)
 
 
 @pytest.fixture

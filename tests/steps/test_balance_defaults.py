@@ -114,7 +114,8 @@ def test_train_left_out_where_there_are_no_training_nodes(rmat, tmp_path, prep):
 def test_memory_estimates_count_the_constraints(rmat, hetero):
     """--dry-run and auto's choice: 32 B per node per vertex-weight column beyond the first
     (the 270 B per edge was calibrated balancing node counts only)."""
-    from graphprep.pipeline.estimate import METIS_PER_NODE_CONSTRAINT, estimate_partition
+    from graphprep.pipeline.core.costs import METIS_BYTES_PER_EDGE, METIS_PER_NODE_CONSTRAINT
+    from graphprep.pipeline.partition.estimate import estimate_partition
     from graphprep.pipeline.partition import auto
 
     g = load_chunked_graph(str(rmat))
@@ -129,7 +130,7 @@ def test_memory_estimates_count_the_constraints(rmat, hetero):
     ml_plain = estimate_partition(h, "multilevel", 4, ()).peak_worker_bytes
     assert estimate_partition(h, "multilevel", 4).peak_worker_bytes > ml_plain
     # auto: a budget that fits metis on node counts alone, not with the default's columns
-    limit = int(auto.METIS_BYTES_PER_EDGE * 10**7 / auto.SHARE) + 1
+    limit = int(METIS_BYTES_PER_EDGE * 10**7 / auto.SHARE) + 1
     assert auto.choose(10**7, limit, 10**6, 1).method == "metis"
     assert auto.choose(10**7, limit, 10**6, 3, kaminpar=False).method == "multilevel"
 

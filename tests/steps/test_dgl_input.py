@@ -123,14 +123,14 @@ def as_vector_rows(graph):
 
 
 def test_list_column_reader_needs_nothing_else_imported(tmp_path):
-    """graphprep.formats.arrays reads list columns in a fresh process (on the session cluster an earlier
-    task may have imported pyarrow.compute already and hidden a missing import)."""
+    """graphprep.formats.arrays reads list columns in a fresh process (on the session cluster an
+    earlier task may have imported pyarrow.compute already and hidden a missing import)."""
     import subprocess
     import sys
 
     dgl_write_parquet(tmp_path / "v.parquet", np.arange(6.0).reshape(3, 2), vector_rows=True)
-    code = ("import sys; from graphprep.formats.arrays import read_array_chunk; from formats import "
-            "ChunkFiles; a = read_array_chunk(sys.argv[1], ChunkFiles('parquet', ())); "
+    code = ("import sys; from graphprep.formats.arrays import read_array_chunk; "
+            "from graphprep.formats import ChunkFiles; a = read_array_chunk(sys.argv[1], ChunkFiles('parquet', ())); "
             "print(a.shape, a.dtype)")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "v.parquet")],
                           capture_output=True, text=True, timeout=60)

@@ -188,7 +188,7 @@ def test_more_parts_than_nodes_is_refused(scheduler, tmp_path, method):
 
 def test_metis_leaves_no_part_empty():
     """The fix-up after METIS: every empty part takes the lowest-degree node of the largest."""
-    from graphprep.pipeline.partition.metis_method import fill_empty_parts
+    from graphprep.pipeline.partition.graph_ops import fill_empty_parts
 
     xadj = np.array([0, 3, 4, 6, 7, 7, 9])       # degrees 3, 1, 2, 1, 0, 2
     parts = np.array([0, 0, 0, 0, 1, 1])

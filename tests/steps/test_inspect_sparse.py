@@ -55,8 +55,9 @@ def test_text_shows_the_width_and_nnz_not_a_question_mark(sparse_graph):
 
 
 def test_the_dry_run_of_dispatch_counts_a_sparse_field_by_its_entries(sparse_graph):
-    """Its rows weigh their stored entries, not the dense width (``estimate._row_bytes``)."""
-    from graphprep.pipeline.estimate import _row_bytes
+    """Its rows weigh their stored entries, not the dense width (``_row_bytes`` of
+    ``dispatch/estimate.py``)."""
+    from graphprep.dispatch.estimate import _row_bytes
     folder, nnz = sparse_graph
     g = load_chunked_graph(str(folder))
     per_row = _row_bytes(g, "node")["page"]

@@ -11,11 +11,8 @@ from conftest import assign, cut_of, options, run_prep, weighted_level
 
 from graphprep.formats import load_chunked_graph
 from graphprep.pipeline.core.cluster import local_runner
-from graphprep.pipeline.partition.metis_method import (
-    MetisPartitioner,
-    symmetric_csr,
-    vertex_weights,
-)
+from graphprep.pipeline.partition.graph_ops import symmetric_csr, vertex_weights
+from graphprep.pipeline.partition.metis_method import MetisPartitioner
 from graphprep.pipeline.partition.multilevel import MultilevelPartitioner
 from graphprep.pipeline.partition.multilevel.budget import MIN_EDGES
 from graphprep.pipeline.partition.multilevel.symmetric import build_level0
@@ -269,16 +266,17 @@ def test_cli_multilevel_with_stats(homo, tmp_path, prep):
 
 def test_auto_picks_metis_when_it_fits_else_kaminpar_else_multilevel(homo, tmp_path, prep,
                                                                      monkeypatch):
+    from graphprep.pipeline.core.costs import METIS_BYTES_PER_EDGE, kaminpar_peak_bytes
     from graphprep.pipeline.partition import auto
 
     # The rule at its boundaries: metis's, then kaminpar's estimate against 60% of the
     # worker limit; multilevel where neither fits or kaminpar is not installed.
-    limit = int(auto.METIS_BYTES_PER_EDGE * 10**7 / auto.SHARE) + 1
+    limit = int(METIS_BYTES_PER_EDGE * 10**7 / auto.SHARE) + 1
     assert auto.choose(10**7, limit).method == "metis"
     assert auto.choose(10**7 + 10, limit).method == "kaminpar"
     assert auto.choose(10**7 + 10, limit, kaminpar=False).method == "multilevel"
     edges = 10**7
-    while auto.kaminpar_peak_bytes(edges) <= limit * auto.SHARE:
+    while kaminpar_peak_bytes(edges) <= limit * auto.SHARE:
         edges *= 2
     assert auto.choose(edges, limit).method == "multilevel"
     prep("partition", homo, tmp_path / "m", "-p", 2, "--method", "auto")

@@ -16,7 +16,8 @@ from faultkit import PREP, ROOT
 from graphprep.formats import load_chunked_graph
 from graphprep.pipeline.core.cluster import local_runner
 from graphprep.pipeline.partition.base import PartitionOptions
-from graphprep.pipeline.partition.metis_method import MetisPartitioner, edge_cut
+from graphprep.pipeline.partition.graph_ops import edge_cut
+from graphprep.pipeline.partition.metis_method import MetisPartitioner
 
 
 def test_killed_run_reruns_to_identical_bytes(homo, tmp_path, prep):

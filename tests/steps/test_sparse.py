@@ -14,8 +14,9 @@ import pytest
 
 from graphprep.formats import FormatError, load_chunked_graph
 from graphprep.formats.arrays import read_array_chunk
-from graphprep.formats.sparse import (CsrRows, concat_rows, csr_from_lists, load_csr, read_csr_parquet,
-                            write_csr_parquet)
+from graphprep.formats.output import write_csr_parquet
+from graphprep.formats.sparse import (CsrRows, concat_rows, csr_from_lists, load_csr,
+                                      read_csr_parquet)
 from graphprep.pipeline import api
 from tests.conftest import run_prep
 

@@ -144,8 +144,7 @@ def test_prep_synth_dry_run_prints_it_and_writes_nothing(tmp_path):
 @pytest.mark.parametrize("args", [["--nodes", 30000, "--edges", 300000],
                                   ["--generator", "rmat", "--scale", 15]])
 def test_the_disk_estimate_is_near_what_synth_writes(prep, tmp_path, args):
-    from graphprep.pipeline.estimate import estimate_synth
-    from graphprep.pipeline.synth import make_spec
+    from graphprep.pipeline.synth import estimate_synth, make_spec
     prep("synth", tmp_path / "G", *args, "--chunk-size", 100000)
     written = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in
                   os.walk(tmp_path / "G" / "edges") for f in fs) + \

@@ -10,8 +10,9 @@ from scipy.stats import chi2_contingency, chisquare
 
 from conftest import dispatched, edges_of, node_data_of
 from graphprep.formats import EdgeType
-from graphprep.trainer.sampling.dist_sampler import (DistNeighborSampler, Relabeler, relabel, relabel_unique,
-                                  split_by_owner, split_by_owner_argsort)
+from graphprep.trainer.sampling.dist_sampler import (DistNeighborSampler, Relabeler, relabel,
+                                                     relabel_unique, split_by_owner,
+                                                     split_by_owner_argsort)
 from graphprep.trainer.data.features import FeatureFetcher, HaloCache
 from graphprep.trainer.sampling.partition import LocalPart, PartitionBook
 from graphprep.trainer.sampling.service import LocalTransport, PartServer

@@ -6,8 +6,10 @@ import math
 import pytest
 import torch
 
-from graphprep.trainer.tasks.link_metrics import LinkEvaluation, auc, evaluate_link_scores, ranking_metrics
-from graphprep.trainer.data.negatives import filter_true_edges, fixed_eval_negatives, uniform_negatives
+from graphprep.trainer.tasks.link_metrics import (LinkEvaluation, auc, evaluate_link_scores,
+                                                  ranking_metrics)
+from graphprep.trainer.data.negatives import (filter_true_edges, fixed_eval_negatives,
+                                              uniform_negatives)
 from graphprep.trainer.sampling.edge_keys import edge_keys, true_edge_mask
 from graphprep.trainer.models.scorer import DotScorer, MLPScorer, link_loss, make_scorer
 

@@ -25,7 +25,8 @@ from conftest import dispatched, node_data_of, run_prep
 from graphprep.formats.errors import FormatError
 from graphprep.formats.integrity import file_record
 from graphprep.formats.partitioned import load_partitioned
-from graphprep.formats.sparse import CSR, CsrRows, csr_paths, save_csr
+from graphprep.formats.output import save_csr
+from graphprep.formats.sparse import CSR, CsrRows, csr_paths
 from graphprep.trainer.batch import Batch, dense_inputs_hook, full_graph_batch
 from graphprep.trainer.data.features import LOG_DEGREE, FeatureFetcher, HaloCache, add_log_degree
 from graphprep.trainer.data.sparse import SparseRows, sparse_matmul

@@ -28,7 +28,6 @@ import math
 import threading
 import time
 import zlib
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -172,15 +171,6 @@ def register_meta(part: LocalPart, types: list[str], dim: int) -> None:
     for t in types:
         part.graph.node_feats.setdefault(t, {})[EMBEDDING] = {"dtype": "float32",
                                                              "shape": [dim]}
-
-
-@dataclass
-class TableRoute:
-    """Where learnable rows are served: ``transport`` reaches the first rank of any part (who
-    holds its table); ``local``: this rank is its part's first rank."""
-
-    transport: Transport
-    local: bool
 
 
 class SparseEmbeddings:

@@ -8,7 +8,7 @@ Callers pass unique IDs (a block's source nodes are), so nothing is fetched twic
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import torch
 
@@ -18,9 +18,6 @@ from graphprep.trainer.sampling.service import PartServer, Transport, take_rows
 from graphprep.trainer.models.spec import CONSTANT_INPUT, data_width
 from graphprep.trainer.sampling.timing import Breakdown
 from graphprep.trainer.data.sparse import SparseRows, is_sparse
-
-if TYPE_CHECKING:
-    from graphprep.trainer.data.embeddings import TableRoute
 
 
 LOG_DEGREE = "__log_degree"     # node data added at load by add_log_degree
@@ -139,6 +136,16 @@ def _fit(ids: dict[str, torch.Tensor], rows: dict[str, dict], refs: dict[str, to
     return ids, rows
 
 
+@dataclass
+class TableRoute:
+    """Where learnable rows (:mod:`graphprep.trainer.data.embeddings`) are served:
+    ``transport`` reaches the first rank of any part (who holds its table); ``local``: this
+    rank is its part's first rank."""
+
+    transport: Transport
+    local: bool
+
+
 class FeatureFetcher:
     """Gathers rows of node data arrays by new ID across parts, several arrays in one request
     per owner part. Holds the partition book and the optional :class:`HaloCache`; each call
@@ -156,7 +163,7 @@ class FeatureFetcher:
 
     def __init__(self, part: LocalPart, server: PartServer, transport: Transport,
                  breakdown: Breakdown | None = None, cache: HaloCache | None = None,
-                 extra_inputs: tuple[str, ...] = (), table_route: "TableRoute | None" = None,
+                 extra_inputs: tuple[str, ...] = (), table_route: TableRoute | None = None,
                  defer_embeddings: bool = False):
         self.part, self.p, self.num_parts = part, part.p, part.graph.num_parts
         self.extra_inputs = extra_inputs

@@ -32,6 +32,7 @@ import logging
 import os
 import shutil
 import sys
+from dataclasses import replace
 
 import click
 
@@ -39,43 +40,45 @@ from graphprep.pipeline.core.cli_types import FiniteFloat
 from graphprep.pipeline.core.console import show_progress
 from graphprep.formats.output import side_paths, swap_into_place
 
-from graphprep.trainer.cli import BadInput, OneLineErrors, run_as_rank, start_command
+from graphprep.trainer.cli import (COMMAND_SETTINGS, IFACE, THREADS, VERBOSE, BadInput,
+                                   OneLineErrors, run_as_rank, start_command)
+from graphprep.trainer.config import TrainConfig
+from graphprep.trainer.options import Opt, click_options, declared
 from graphprep.trainer.runtime.launch import LAUNCHER_ENV
-from graphprep.trainer.runtime.netif import IFACE_HELP
 from graphprep.trainer.runtime.outputs import EMBED_JSON
 
 log = logging.getLogger("graphprep.trainer")
 
 
-@click.command(cls=OneLineErrors,
-               context_settings={"help_option_names": ["-h", "--help"],
-                                 "show_default": True, "max_content_width": 100})
-@click.option("--graph", required=True, type=click.Path(),
-              help="graph.json written by `prep dispatch` (or its folder): the graph trained on.")
-@click.option("--checkpoint", required=True, type=click.Path(),
-              help="A checkpoint file, or a checkpoint folder (its best.pt: the best-validation "
-                   "epoch). Must be of this graph (the fingerprint --resume compares).")
-@click.option("--out", required=True, type=click.Path(),
-              help="Output folder: built beside it and swapped in when complete. Never the "
-                   "graph's, a part's or the checkpoint's folder, nor inside or around one; an "
-                   "existing folder that is neither empty nor an earlier embed output is "
-                   "refused without --overwrite.")
-@click.option("--overwrite", is_flag=True,
-              help="Replace --out even when it is not an earlier output of trainer embed.")
-@click.option("--batch-size", default=1024, type=click.IntRange(1),
-              help="Nodes per inference batch (all their in-neighbors are taken).")
-@click.option("--device", default="cpu", type=click.Choice(["cpu", "cuda"]),
-              help="Where the layers run (cuda: one GPU per rank, by LOCAL_RANK).")
-@click.option("--rpc-timeout", default=60.0, type=FiniteFloat(0, min_open=True),
-              help="Seconds before a request to a silent rank fails.")
-@click.option("--iface", default=None, help=IFACE_HELP)
-@click.option("--threads", default=0, type=click.IntRange(0),
-              help="torch threads per rank; 0 = cores / ranks.")
-@click.option("--verify-data", is_flag=True,
-              help="Also check the full content hash of every file of each rank's part "
-                   "(sizes, structure and sampled hashes are always checked).")
-@click.option("--progress/--no-progress", default=True, help="Progress bar on rank 0.")
-@click.option("-v", "--verbose", is_flag=True, help="Log every rank, not only rank 0.")
+_TRAIN = declared(TrainConfig)
+OPTIONS = {
+    "graph": replace(_TRAIN["graph"], help="graph.json written by `prep dispatch` (or its "
+                     "folder): the graph trained on."),
+    "checkpoint": Opt("A checkpoint file, or a checkpoint folder (its best.pt: the "
+                      "best-validation epoch). Must be of this graph (the fingerprint --resume "
+                      "compares).", path=True),
+    "out": Opt("Output folder: built beside it and swapped in when complete. Never the "
+               "graph's, a part's or the checkpoint's folder, nor inside or around one; an "
+               "existing folder that is neither empty nor an earlier embed output is refused "
+               "without --overwrite.", path=True),
+    "overwrite": Opt("Replace --out even when it is not an earlier output of trainer embed.",
+                     False, flag=True),
+    "batch_size": Opt("Nodes per inference batch (all their in-neighbors are taken).", 1024,
+                      type=click.IntRange(1)),
+    "device": replace(_TRAIN["device"], help="Where the layers run (cuda: one GPU per rank, by "
+                      "LOCAL_RANK)."),
+    "rpc_timeout": Opt("Seconds before a request to a silent rank fails.", 60.0,
+                       type=FiniteFloat(0, min_open=True)),
+    "iface": IFACE,
+    "threads": THREADS,
+    "verify_data": _TRAIN["verify_data"],
+    "progress": _TRAIN["progress"],
+    "verbose": VERBOSE,
+}
+
+
+@click.command(cls=OneLineErrors, context_settings=COMMAND_SETTINGS)
+@click_options(OPTIONS.items())
 def main(graph, checkpoint, out, overwrite, batch_size, device, rpc_timeout, iface, threads,
          verify_data, progress, verbose):
     """Write node embeddings (and class predictions) of a trained checkpoint for every node,
@@ -141,7 +144,6 @@ def run_embed(graph: str, checkpoint: str, out: str, batch_size: int, device: st
 
     from graphprep.trainer.runtime import rendezvous
     from graphprep.trainer.runtime.checkpoint import embed_config
-    from graphprep.trainer.config import TrainConfig
     from graphprep.trainer.runtime.health import where
     from graphprep.trainer.loop import build_model, join
 

@@ -1,7 +1,7 @@
 """The coarse-edge budget (issue 18): how small the coarsest graph must be, from memory.
 
 ``--method metis`` peaks at about ``METIS_BYTES_PER_EDGE`` (270) bytes per input edge, its
-idle worker included (``pipeline/estimate.py``, the one memory model: 2,658 MB measured at 10^7
+idle worker included (``pipeline/core/costs.py``, the one memory model: 2,658 MB measured at 10^7
 edges: CSR, the sort of the keys, METIS's copies). METIS on the coarse graph costs the
 same per edge plus its edge weights (adjwgt: the coarse CSR is ~1.5x the unweighted one). The
 budget keeps the coarse METIS task within a quarter of what ``metis`` would need on the input,
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphprep.pipeline.estimate import METIS_BYTES_PER_EDGE   # measured peak of --method metis per input edge
+from graphprep.pipeline.core.costs import METIS_BYTES_PER_EDGE   # measured peak of --method metis per input edge
 
 WEIGHTED_FACTOR = 1.5               # coarse CSR carries adjwgt
 SHARE_OF_METIS = 1 / 4

@@ -40,10 +40,12 @@ import numpy as np
 
 from graphprep.pipeline.core.arrayops import mix
 from graphprep.pipeline.partition.multilevel import layout
-from graphprep.pipeline.partition.multilevel.buckets import Span, TableFile, read_spans, span_groups, span_rows, spans_into, \
-    table_spans, write_bucketed
-from graphprep.pipeline.partition.multilevel.layout import Level, RangeCSR, best_per_row, new_array, sum_by_key, summed_pieces, \
-    whole_rows, write_rows
+from graphprep.pipeline.partition.multilevel.buckets import (Span, TableFile, read_spans,
+                                                             span_groups, span_rows, spans_into,
+                                                             table_spans, write_bucketed)
+from graphprep.pipeline.partition.multilevel.layout import (Level, RangeCSR, best_per_row,
+                                                            new_array, sum_by_key, summed_pieces,
+                                                            whole_rows, write_rows)
 
 log = logging.getLogger(__name__)
 

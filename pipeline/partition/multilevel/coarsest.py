@@ -17,7 +17,7 @@ import numpy as np
 from graphprep.formats.output import save_npy
 
 from graphprep.pipeline.partition.metis_capi import part_graph
-from graphprep.pipeline.partition.metis_method import fill_empty_parts
+from graphprep.pipeline.partition.graph_ops import fill_empty_parts
 from graphprep.pipeline.partition.rebalance import rebalance
 from graphprep.pipeline.partition.multilevel.layout import Level, RangeCSR
 from graphprep.pipeline.partition.multilevel.sparsify import Sparsifier

@@ -10,11 +10,11 @@ IDs and weights are stored as int32 where they fit, and unit weights (level 0) n
 Tasks read a range's CSR in blocks of consecutive rows (``Level.read_csr_blocks``) and write
 one block by block (``CSRWriter``), at most ``BLOCK_ENTRIES`` entries plus rows a block: above
 ``method.MAX_RANGES`` ranges a range grows with the graph (~781k nodes, ~16M entries at 10^9
-edges), and a task holding whole ranges grew with it (worker peak 0.49 GB at 10^8 edges, 3.4 GB
-at 10^9). Rows of different blocks are disjoint, so per-row work gives the same result block
-by block as on the whole range. A row over the limit comes in pieces to the passes that can
-take it so (``split_rows``); per-row work sums the pieces' connections before it decides
-(``whole_rows``, ``summed_pieces``).
+edges), and a task holding whole ranges grew with it (examples/benchmarks/RESULTS.md,
+"bench_pipeline.py `--huge --method multilevel`", second run). Rows of different blocks are
+disjoint, so per-row work gives the same result block by block as on the whole range. A row
+over the limit comes in pieces to the passes that can take it so (``split_rows``); per-row
+work sums the pieces' connections before it decides (``whole_rows``, ``summed_pieces``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from itertools import groupby
 from operator import attrgetter
 
 import numpy as np
+
+from graphprep.formats.npyio import npy_header_bytes, npy_header_of
 
 # Entries plus rows of one block (``cut_points``): below the ~2.6M entries of a 2^17-node
 # range at 10^8 edges, so that a task holds no more at 10^9 edges than at 10^8.
@@ -180,7 +182,7 @@ class CSRWriter:
         if not self.single:
             self.adj_path = level.csr_path(r, "adj")
             self.adj = open(self.adj_path, "wb")
-            self.adj.write(_npy_header(self.adj_dtype, 0))
+            self.adj.write(npy_header_bytes(self.adj_dtype, (0,)))
 
     def add(self, rows_local: np.ndarray, adj: np.ndarray, wgt: np.ndarray | None) -> None:
         """Entries of the next rows, sorted by (row, neighbour); ``wgt`` None: all 1."""
@@ -215,8 +217,8 @@ class CSRWriter:
         np.cumsum(self.counts, out=indptr[1:])
         save_npy(self.level.csr_path(self.r, "indptr"), indptr)
         with writing(self.adj_path):
-            header = _npy_header(self.adj_dtype, self.entries)
-            assert len(header) == len(_npy_header(self.adj_dtype, 0))
+            header = npy_header_bytes(self.adj_dtype, (self.entries,))
+            assert len(header) == len(npy_header_bytes(self.adj_dtype, (0,)))
             self.adj.seek(0)
             self.adj.write(header)
             self.adj.close()
@@ -225,7 +227,7 @@ class CSRWriter:
         path = self.level.csr_path(self.r, "wgt")
         dtype = np.dtype(narrowest(self.wmax + 1))
         with writing(path), open(path, "wb") as out:
-            out.write(_npy_header(dtype, self.entries))
+            out.write(npy_header_bytes(dtype, (self.entries,)))
             self.wgt.seek(0)
             for _ in range(0, self.entries, BLOCK_ENTRIES):
                 np.fromfile(self.wgt, dtype=np.int64, count=BLOCK_ENTRIES).astype(
@@ -236,28 +238,14 @@ class CSRWriter:
 
 def _npy_data(path: str) -> tuple[np.dtype, int]:
     """The dtype of a 1-D ``.npy`` file and the byte offset of its data."""
-    fmt = np.lib.format
-    with open(path, "rb") as f:
-        major, _ = fmt.read_magic(f)
-        read = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
-        _, _, dtype = read(f)
-        return dtype, f.tell()
+    _, dtype, offset, _ = npy_header_of(path)
+    return dtype, offset
 
 
 def _read_slice(path: str, data: tuple[np.dtype, int], lo: int, hi: int) -> np.ndarray:
     """Items ``lo:hi`` of the 1-D ``.npy`` at ``path`` (``data``: ``_npy_data``'s)."""
     dtype, offset = data
     return np.fromfile(path, dtype=dtype, count=hi - lo, offset=offset + lo * dtype.itemsize)
-
-
-def _npy_header(dtype: np.dtype, length: int) -> bytes:
-    """The ``.npy`` header ``np.save`` writes for a 1-D array of ``length`` ``dtype``s; numpy
-    pads it for 21 digits of shape, so its length does not depend on ``length``."""
-    import io
-    buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buf, {"descr": np.lib.format.dtype_to_descr(dtype),
-                                               "fortran_order": False, "shape": (length,)})
-    return buf.getvalue()
 
 
 def narrowest(bound: int):

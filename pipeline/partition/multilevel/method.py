@@ -19,8 +19,9 @@ from graphprep.formats import ChunkedGraph
 
 from graphprep.pipeline.core.cluster import fix_mmap_threshold
 from graphprep.pipeline.core.recycle import on_every_worker
-from graphprep.pipeline.partition.base import PartitionOptions, create_assignment_files, require_a_node_per_part
-from graphprep.pipeline.partition.metis_method import OBJECTIVES, type_offsets
+from graphprep.pipeline.partition.base import (PartitionOptions, create_assignment_files,
+                                               require_a_node_per_part)
+from graphprep.pipeline.partition.graph_ops import OBJECTIVES, type_offsets
 from graphprep.pipeline.partition.weights import counts_combined
 from graphprep.pipeline.partition.multilevel.budget import derive_budget, worker_memory_bytes
 from graphprep.pipeline.partition.multilevel.coarsen import ISOLATED_SHARE, cluster, count_isolated

@@ -36,8 +36,9 @@ import numpy as np
 from graphprep.formats.output import save_npy
 
 from graphprep.pipeline.core.arrayops import mix
-from graphprep.pipeline.partition.multilevel.layout import (Level, best_per_row, new_array, part_dtype, read_parts, sum_by_key,
-                     whole_rows, write_rows)
+from graphprep.pipeline.partition.multilevel.layout import (Level, best_per_row, new_array,
+                                                            part_dtype, read_parts, sum_by_key,
+                                                            whole_rows, write_rows)
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Level 0: the input chunks of every edge type -> one symmetric, simple range CSR.
 
-Node types are offset into one ID space (``metis_method.type_offsets``). Phase 1, one task per
+Node types are offset into one ID space (``graph_ops.type_offsets``). Phase 1, one task per
 input edge chunk: both directions of every non-loop edge as keys ``u * n + v``, deduplicated
 and sorted (so they come bucketed by the range of ``u``), plus, for ``--balance edges``, the
 sorted destinations (in-degree counts loops and duplicates, as ``--method metis`` does).
@@ -21,13 +21,14 @@ from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType
 from graphprep.formats.validate import read_checked_edges
 
 from graphprep.pipeline.core.arrayops import unique_ints
-from graphprep.pipeline.convert.sources import DataField, open_field
-from graphprep.pipeline.partition.metis_method import train_column, type_offsets
-from graphprep.pipeline.partition.weights import (balance_keys, combined_constraints, constraint_columns,
-                       counts_combined)
+from graphprep.formats.fields import DataField, open_field
+from graphprep.pipeline.partition.graph_ops import train_column, type_offsets
+from graphprep.pipeline.partition.weights import (balance_keys, combined_constraints,
+                                                  constraint_columns, counts_combined)
 from graphprep.pipeline.partition.multilevel import layout
-from graphprep.pipeline.partition.multilevel.buckets import Span, key_blocks, read_spans, span_rows, spans_into, sub_spans, \
-    write_bucketed
+from graphprep.pipeline.partition.multilevel.buckets import (Span, key_blocks, read_spans,
+                                                             span_rows, spans_into, sub_spans,
+                                                             write_bucketed)
 from graphprep.pipeline.partition.multilevel.layout import CSRWriter, Level, new_array
 
 

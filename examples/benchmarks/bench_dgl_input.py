@@ -97,7 +97,7 @@ BASELINE = """
 import json, os, sys, time
 sys.path.insert(0, {here!r})
 from common import MB
-from graphprep.pipeline.core.cluster import peak_rss_bytes
+from graphprep.pipeline.core.memory import peak_rss_bytes
 import numpy as np
 from dgl_array_readwriter import get_array_parser
 floor = peak_rss_bytes()
@@ -127,7 +127,7 @@ DISPATCH_EDGES = """
 import json, os, sys, time
 sys.path.insert(0, {here!r})
 from common import MB
-from graphprep.pipeline.core.cluster import peak_rss_bytes
+from graphprep.pipeline.core.memory import peak_rss_bytes
 import numpy as np
 from dgl_array_readwriter import read_edge_file_as_dispatch
 floor = peak_rss_bytes()

@@ -14,7 +14,8 @@ import time
 from contextlib import contextmanager
 
 from graphprep.pipeline.core.memory import status_counters
-from graphprep.pipeline.core.cluster import ClusterOptions, peak_rss_bytes
+from graphprep.pipeline.core.cluster import ClusterOptions
+from graphprep.pipeline.core.memory import peak_rss_bytes
 
 MB = 1 << 20
 
@@ -217,7 +218,7 @@ def timer():
 
 def run_baseline(code: str) -> dict:
     """Run ``code`` in a fresh Python; it must print a JSON dict. Adds its peak RSS (MB)."""
-    wrapper = code + "\nimport json as _j\nfrom graphprep.pipeline.core.cluster import peak_rss_bytes\n" \
+    wrapper = code + "\nimport json as _j\nfrom graphprep.pipeline.core.memory import peak_rss_bytes\n" \
         "print(_j.dumps({**RESULT, 'peak_rss_mb': peak_rss_bytes() / 2**20}))"
     out = subprocess.run([sys.executable, "-c", wrapper], check=True, capture_output=True,
                          text=True).stdout

@@ -15,7 +15,6 @@ from typing import Callable, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
-from graphprep.pipeline.core.memory import peak_rss_bytes
 
 log = logging.getLogger(__name__)
 
@@ -506,10 +505,6 @@ class TaskRunner:
     def star(self, fn: Callable, arg_tuples: Iterable[tuple], desc: str | None = None) -> list:
         """Like ``__call__`` for functions of several arguments."""
         return self(_Star(fn), list(arg_tuples), desc or getattr(fn, "__name__", "tasks"))
-
-    def peak_rss_per_worker(self) -> dict[str, int]:
-        """Peak resident memory (bytes) of each worker process so far."""
-        return self.client.run(peak_rss_bytes)
 
 
 def _running_keys(dask_worker) -> list:

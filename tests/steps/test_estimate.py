@@ -11,7 +11,8 @@ import pytest
 
 from graphprep.formats import load_chunked_graph
 from graphprep.pipeline import api
-from graphprep.pipeline.core.cluster import local_cluster, peak_rss_bytes
+from graphprep.pipeline.core.cluster import local_cluster
+from graphprep.pipeline.core.memory import peak_rss_bytes
 from graphprep.pipeline.core.recycle import RECYCLE_MB_KEY
 from graphprep.dispatch.estimate import estimate_dispatch
 from graphprep.pipeline.core.costs import MB, Estimate

@@ -15,34 +15,11 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import edges_of, run_prep
-from conftest import IMBALANCE, cut_ratio, measured
+from conftest import IMBALANCE, cut_ratio, edges_of, measured, meta_of
 
 from graphprep.formats import load_chunked_graph
 from graphprep.pipeline.partition.weights import combined_weight
 from graphprep.pipeline.partition.parhip import mapped_adjacency, parhip_bytes, write_parhip
-
-
-@pytest.fixture(scope="module")
-def rmat(scheduler, tmp_path_factory):
-    """Graph500 R-MAT from prep synth, scale 13 (8,192 nodes, 131,072 edges: hubs, isolated
-    nodes), as tests/steps/test_balance_defaults.py partitions it."""
-    out = tmp_path_factory.mktemp("kmp") / "rmat"
-    run_prep(scheduler, "synth", out, "--generator", "rmat", "--scale", 13, "--seed", 2)
-    return out
-
-
-@pytest.fixture(scope="module")
-def hetero_graph(scheduler, tmp_path_factory):
-    """ogbn-mag-shaped planted graph: 4 node types, 4 edge types, train_mask on paper."""
-    out = tmp_path_factory.mktemp("kmp") / "hetero"
-    run_prep(scheduler, "synth", out, "--hetero", "--nodes", 8000, "--edges", 40000,
-             "--seed", 1)
-    return out
-
-
-def meta_of(folder) -> dict:
-    return json.loads((folder / "partition_meta.json").read_text())
 
 
 def parts_of(folder, ntype="_N") -> np.ndarray:
@@ -143,12 +120,12 @@ def test_planted_cut_far_below_random(homo, tmp_path, prep):
     assert max(measured(homo, tmp_path / "k", 4).values()) <= 1 + IMBALANCE + 1e-9
 
 
-def test_heterogeneous_balances_every_type(hetero_graph, tmp_path, prep):
+def test_heterogeneous_balances_every_type(hetero, tmp_path, prep):
     """One combined weight of six columns (four node types, train, edges), each enforced."""
-    prep("partition", hetero_graph, tmp_path / "a", "-p", 3, "--method", "kaminpar")
-    imb = measured(hetero_graph, tmp_path / "a", 3)
+    prep("partition", hetero, tmp_path / "a", "-p", 3, "--method", "kaminpar")
+    imb = measured(hetero, tmp_path / "a", 3)
     assert len(imb) == 6 and max(imb.values()) <= 1 + IMBALANCE + 1e-9, imb
-    g = load_chunked_graph(str(hetero_graph))
+    g = load_chunked_graph(str(hetero))
     for t in g.node_types:
         assert len(parts_of(tmp_path / "a", t)) == g.num_nodes[t]
 

@@ -33,11 +33,6 @@ class Budget:
     how: str                         # the derivation, logged and stored in the statistics
 
 
-def coarse_bytes(edges: int) -> int:
-    """Estimated peak bytes of the coarse METIS task for ``edges`` undirected coarse edges."""
-    return int(edges * METIS_BYTES_PER_EDGE * WEIGHTED_FACTOR)
-
-
 def derive_budget(input_edges: int, worker_bytes: int | None, override: int | None) -> Budget:
     """The budget: ``override`` when given (``--coarse-edges``), else from memory."""
     if override is not None:

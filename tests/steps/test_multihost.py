@@ -319,9 +319,9 @@ def test_frozen_host_b_is_named_in_one_line_with_the_step_host_a_waited_in(hosts
         # what the rank said (torchrun's agent adds its own summary, with a traceback of its
         # own ChildFailedError, after the rank has exited)
         own = [line for line in text.splitlines() if line.startswith("20")
-               and "] ERROR trainer:" in line]
+               and "] ERROR graphprep.trainer:" in line]
         named = [line for line in own if re.search(
-            rf"\[rank 0\] ERROR trainer: rank 0: no answer from rank 1 \(host "
+            rf"\[rank 0\] ERROR graphprep.trainer: rank 0: no answer from rank 1 \(host "
             rf"{re.escape(socket.gethostname())} at {re.escape(hosts.b.address)}, pid "
             rf"{_ns_pid(ranks_b[0].pid)}\) within --rpc-timeout {timeout} s while waiting "
             r"in the [A-Za-z /-]+ of epoch \d+( batch \d+)?$", line)]
@@ -330,7 +330,7 @@ def test_frozen_host_b_is_named_in_one_line_with_the_step_host_a_waited_in(hosts
         for noise in ("Traceback", "Timed out", "ran for more than set timeout"):
             assert noise not in rank_output, rank_output[-5000:]
         # torchrun's summary shows the rank's line instead of "To enable traceback see"
-        assert f"traceback : {named[0].split('ERROR trainer: ')[1]}" in text, text[-3000:]
+        assert f"traceback : {named[0].split('ERROR graphprep.trainer: ')[1]}" in text, text[-3000:]
     finally:
         for p in frozen:
             try:

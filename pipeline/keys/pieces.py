@@ -20,8 +20,6 @@ from graphprep.formats.output import writing
 from graphprep.pipeline.tables.parts import TablePart, read_part
 from graphprep.pipeline.keys.hashing import bucket_of, is_text, key_hash, key_kind, normalize_keys
 
-PIECE_SCHEMA_FIELDS = ("key", "hash", "row")
-
 
 @dataclass(frozen=True)
 class KeyColumn:

@@ -67,6 +67,18 @@ def dispatched(scheduler, chunked, out, parts, *partition_args) -> str:
     return os.path.join(str(out), "graph.json")
 
 
+def rerecord(folder, p, rel):
+    """Update graph.json's manifest entry of part ``p``'s file ``rel`` (damaged on purpose),
+    as if dispatch had written it so: only the structural checks can then see the damage."""
+    from graphprep.formats.integrity import file_record
+    path = os.path.join(folder, "graph.json")
+    meta = json.loads(open(path).read())
+    meta["parts"][p]["manifest"][rel] = file_record(
+        os.path.join(folder, f"part-{p}", rel)).to_json()
+    with open(path, "w") as f:
+        json.dump(meta, f)
+
+
 @pytest.fixture(scope="session")
 def cora_chunked(scheduler, tmp_path_factory):
     """Cora from its Planetoid files, chunked once for the session."""

@@ -246,8 +246,8 @@ def _check_data(meta, p: int, rank: int, verify_data: bool) -> None:
         sys.exit(1)
     for warning in report.warnings:
         log.warning("rank %d: %s", rank, warning)
-    log.info("rank %d: part %d checked in %.2f s (sizes, structure, %s hashes)", rank, p,
-             time.perf_counter() - start, "full" if verify_data else "sampled")
+    log.info("rank %d: part %d checked in %.2f s (sizes; %s structure and hashes)", rank,
+             p, time.perf_counter() - start, "full" if verify_data else "sampled")
 
 
 def run_as_rank(work, meta, *, rank: int, part: int, device: str, iface: str | None,

@@ -140,9 +140,10 @@ class TrainConfig:
     resume: bool = _opt("Continue from the checkpoint in --checkpoint-dir (refused when it was "
                         "made on another graph or with other model/optimizer options).", False,
                         flag=True)
-    verify_data: bool = _opt("Also check the full content hash of every file of each rank's "
-                             "part against graph.json (reads the whole part; sizes, structure "
-                             "and sampled hashes are always checked).", False, flag=True)
+    verify_data: bool = _opt("Also check every row's structure and the full content hash of "
+                             "every file of each rank's part against graph.json (reads the "
+                             "whole part; sizes, a bounded sample of the structure and "
+                             "sampled hashes are always checked).", False, flag=True)
     metrics_out: str | None = _opt("Write per-epoch metrics (accuracy, time breakdown, RPC "
                                    "bytes) as JSON here (rewritten after each epoch through a "
                                    "partial file renamed into place).", None, path=True)

@@ -20,10 +20,10 @@ import numpy as np
 import psutil
 import pytest
 
-from conftest import dispatched
+from conftest import dispatched, rerecord
 from faultkit import ROOT, assert_clean_exit, run_cli, tree_hash
 from graphprep.formats.errors import FormatError
-from graphprep.formats.integrity import file_record, sample_spans
+from graphprep.formats.integrity import sample_spans
 from graphprep.formats.partitioned import load_partitioned
 from graphprep.formats.part_checks import check_part
 
@@ -66,17 +66,6 @@ def edit(folder, p, rel, change):
     change(arr)
     arr.flush()
     del arr
-
-
-def rerecord(folder, p, rel):
-    """Update graph.json's manifest entry of a damaged file, as if dispatch had written it so:
-    only the structural checks can then see the damage."""
-    path = os.path.join(folder, "graph.json")
-    meta = json.loads(open(path).read())
-    meta["parts"][p]["manifest"][rel] = file_record(
-        os.path.join(folder, f"part-{p}", rel)).to_json()
-    with open(path, "w") as f:
-        json.dump(meta, f)
 
 
 def zero(a):

@@ -31,8 +31,8 @@ from graphprep.trainer.batch import DenseInputs
 from graphprep.trainer.config import TrainConfig, target_etype, target_type
 from graphprep.trainer.data.embeddings import (EmbeddingTable, SparseEmbeddings, featureless_types,
                                                register_meta)
-from graphprep.trainer.data.features import (LOG_DEGREE, FeatureFetcher, HaloCache, TableRoute,
-                                             add_log_degree)
+from graphprep.trainer.data.features import (INPUT_FEATURE, LOG_DEGREE, FeatureFetcher,
+                                             HaloCache, TableRoute, add_log_degree)
 from graphprep.trainer.data.link_data import without_held_out
 from graphprep.trainer.data.loader import NodeLoader, rank_seeds
 from graphprep.trainer.data.sparse import SparseRows
@@ -43,7 +43,7 @@ from graphprep.trainer.models.spec import ModelSpec, model_spec
 from graphprep.trainer.runtime import rendezvous
 from graphprep.trainer.runtime.health import where
 from graphprep.trainer.runtime.outputs import write_json_atomic
-from graphprep.trainer.sampling.dist_sampler import DistNeighborSampler
+from graphprep.trainer.sampling.dist_sampler import DistNeighborSampler, Relabeler
 from graphprep.trainer.sampling.partition import ORIG_ID, LocalPart
 from graphprep.trainer.sampling.service import PartServer, RpcTransport, serve
 from graphprep.trainer.sampling.timing import PHASES, Breakdown
@@ -68,6 +68,8 @@ class Rank:
     extra_inputs: tuple[str, ...] = ()     # node data appended to the features (degree)
     table_route: TableRoute | None = None  # learnable rows, ranks per part > 1: where they live
     embeddings: SparseEmbeddings | None = None   # --featureless embed: pulls and pushes
+    first_batch_at: float | None = None    # time.time() the first training batch was ready
+    relabeler: Relabeler | None = None     # the stamp arrays every sampler of the rank shares
 
     @property
     def table(self) -> EmbeddingTable | None:
@@ -104,9 +106,11 @@ class Rank:
         # Where the served CSC lives (pinned memory is on "cpu"); on a GPU it names its index
         # ("cuda:1"): plain "cuda" would mean GPU 0 on the loader's thread, where this rank's
         # torch.cuda.set_device does not apply.
+        if self.relabeler is None:     # 4 B per node of the graph: one per rank
+            self.relabeler = Relabeler(self.part.graph.num_nodes)
         sampler = DistNeighborSampler(self.part, self.server, self.transport, fanouts,
                                       self.server.device, breakdown,
-                                      edge_feat=self.cfg.edge_feat)
+                                      edge_feat=self.cfg.edge_feat, relabeler=self.relabeler)
         fetcher = FeatureFetcher(self.part, self.server, self.transport, breakdown, self.cache,
                                  self.extra_inputs, self.table_route,
                                  defer_embeddings=timed and self.embeddings is not None)
@@ -143,7 +147,7 @@ def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
         where.at("the halo cache fetch")
         start = time.perf_counter()
         cache = HaloCache.build(FeatureFetcher(server.part, server, transport),
-                                ("feat", ORIG_ID), int(cfg.cache_mb * 2**20))
+                                (INPUT_FEATURE, ORIG_ID), int(cfg.cache_mb * 2**20))
         log.info("halo cache: %s rows, %.1f MB, built in %.2f s",
                  {t: len(v) for t, v in cache.ids.items()}, cache.nbytes / 2**20,
                  time.perf_counter() - start)
@@ -329,6 +333,8 @@ def train_batches(rank: Rank, ddp, loader, epoch: int):
             if cfg.fail_rank == env.rank and epoch == cfg.fail_epoch and i == 0:
                 batch = _inject_failure(cfg.fail_mode, env.rank, batch)
             batch = batch.to(rank.device)
+            if rank.first_batch_at is None:
+                rank.first_batch_at = time.time()
             # learnable rows: pulled as leaves now, their gradients pushed once the task's
             # step (run between this yield and the next) has done the backward
             leaves = emb.pull(batch, rank.device) if emb else None
@@ -396,14 +402,26 @@ def rpc_counters(rank: Rank) -> dict:
     return out
 
 
+def startup_seconds(rank: Rank) -> float:
+    """Seconds from the job's launch to the first training batch, the slowest rank's (a
+    collective: every rank calls it once its first epoch has run)."""
+    from graphprep.trainer.runtime.launch import launched_at
+    ready = rank.first_batch_at or time.time()       # a rank without training batches
+    mine = torch.tensor([ready - launched_at()], dtype=torch.float64)
+    dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+    return round(float(mine), 2)
+
+
 def epoch_record(epoch, env, train_s, epoch_s, sums: dict[str, float], times, rpc,
-                  batches) -> dict:
-    """One epoch's common figures, reduced over ranks (``sums`` and bytes summed, times
-    averaged in ``time_per_rank_s`` and listed rank by rank in ``time_by_rank_s``); the
-    task's summed training counts are returned under ``"sums"``."""
+                  batches, counts: dict[str, int] | None = None) -> dict:
+    """One epoch's common figures, reduced over ranks (``sums``, bytes and ``counts``
+    summed, times averaged in ``time_per_rank_s`` and listed rank by rank in
+    ``time_by_rank_s``); the task's summed training counts are returned under ``"sums"``,
+    ``counts`` (the training batches' work counts, :data:`COUNTS`) at the top level."""
+    counts = counts or {}
     names = list(PHASES) + ["train_s", "epoch_s"]
     values = list(sums.values()) + [times[p] for p in PHASES] + [train_s, epoch_s] + \
-        list(rpc.values()) + [batches]
+        list(counts.values()) + list(rpc.values()) + [batches]
     total = torch.tensor(values, dtype=torch.float64)
     dist.all_reduce(total)
     most = torch.tensor([train_s, epoch_s, batches, peak_rss_bytes() / 2**20],
@@ -416,12 +434,14 @@ def epoch_record(epoch, env, train_s, epoch_s, sums: dict[str, float], times, rp
     k = len(sums)
     per_rank = {n: round(v / env.world_size, 4) for n, v in zip(names, total[k:k + len(names)])}
     by_rank = {n: [round(float(t[i]), 4) for t in each] for i, n in enumerate(names)}
-    rpc_total = dict(zip(rpc, (int(v) for v in total[k + len(names):-1])))
+    k += len(names)
+    counted = dict(zip(counts, (int(v) for v in total[k:k + len(counts)])))
+    rpc_total = dict(zip(rpc, (int(v) for v in total[k + len(counts):-1])))
     return {"sums": dict(zip(sums, total[:k])),
             "epoch_s": float(most[1]), "train_s": float(most[0]),
             "batches_total": int(total[-1]), "batches_max_rank": int(most[2]),
             "peak_rss_mb_max_rank": round(most[3], 1),
-            "time_per_rank_s": per_rank, "time_by_rank_s": by_rank, **rpc_total}
+            "time_per_rank_s": per_rank, "time_by_rank_s": by_rank, **counted, **rpc_total}
 
 
 def summarize(history: list[dict], metric: str = "val_acc") -> dict:

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from graphprep.trainer.config import TrainConfig
 from graphprep.trainer.loop import (UNUSED_HINT, build_model, epoch_record, join, report,
-                                    rpc_counters, summarize)
+                                    rpc_counters, startup_seconds, summarize)
 from graphprep.trainer.models.registry import ModelError, model_frame
 from graphprep.trainer.runtime import rendezvous
 from graphprep.trainer.runtime.checkpoint import (BEST, NAME, CheckpointInfo, load_checkpoint,
@@ -66,21 +66,30 @@ def _run_rank(cfg: TrainConfig, env: rendezvous.RankEnv) -> dict:
     if env.rank == 0 and cfg.checkpoint_dir:
         log.info("checkpoints go to %s: %s after every epoch, %s after the best validation "
                  "epoch", os.path.abspath(cfg.checkpoint_dir), NAME, BEST)
-    for epoch in range(len(history), cfg.epochs):
+    first_epoch = len(history)          # this process's first: a resumed run's later one
+    for epoch in range(first_epoch, cfg.epochs):
         torch.manual_seed(mix_seed(cfg.seed, epoch, env.rank))  # dropout: resumable exactly
         start = time.perf_counter()
         where.at("the training", epoch)
         sums = task.train_epoch(ddp, optimizer, epoch)
         train_s = time.perf_counter() - start
+        train_rpc = rpc_counters(rank)
         where.at(EVALUATION, epoch)
         with rank.breakdown.clock("eval"):
             evaluation = task.evaluate(model)
         where.at("the metrics all-reduce", epoch)
+        rpc = {k: v + train_rpc[k] for k, v in rpc_counters(rank).items()}
+        counts = {**rank.breakdown.take_counts(), "train_rpc_bytes":
+                  train_rpc["rpc_bytes_sent"] + train_rpc["rpc_bytes_received"]}
         record = epoch_record(epoch, env, train_s, time.perf_counter() - start, sums,
-                               rank.breakdown.take(), rpc_counters(rank),
-                               task.num_batches)
+                               rank.breakdown.take(), rpc, task.num_batches, counts)
         record = {"epoch": epoch, **task.train_metrics(record.pop("sums")), **evaluation,
                   **record}
+        if epoch == first_epoch:
+            record["launch_to_first_batch_s"] = startup_seconds(rank)
+            if env.rank == 0:
+                log.info("launch -> first training batch: %.2f s",
+                         record["launch_to_first_batch_s"])
         if rank.embeddings:
             record.update(rank.embeddings.epoch_counters())
         history.append(record)

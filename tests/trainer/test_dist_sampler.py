@@ -13,7 +13,7 @@ from graphprep.formats import EdgeType
 from graphprep.trainer.sampling.dist_sampler import (DistNeighborSampler, Relabeler, relabel,
                                                      relabel_unique, split_by_owner,
                                                      split_by_owner_argsort)
-from graphprep.trainer.data.features import FeatureFetcher, HaloCache
+from graphprep.trainer.data.features import FeatureFetcher, HaloCache, halo_references
 from graphprep.trainer.sampling.partition import LocalPart, PartitionBook
 from graphprep.trainer.sampling.service import LocalTransport, PartServer
 
@@ -204,6 +204,55 @@ def test_halo_cache_serves_the_same_rows_with_less_traffic(cora):
     assert torch.equal(x_plain, x_cached)
     assert np.array_equal(x_cached.numpy(), feat[cluster.orig["_N"][ids].numpy()])
     assert bytes_plain - bytes_cached == rows * 1433 * 4      # every cached row a hit
+
+
+def test_a_ranks_samplers_share_one_relabeler(cora):
+    """The stamp arrays (4 B per node of the graph) are held once per rank, not once per
+    loader: every sampler of a rank relabels with the same one, and samples as before."""
+    from graphprep.trainer.config import TrainConfig
+    from graphprep.trainer.loop import Rank
+    from graphprep.trainer.sampling.timing import Breakdown
+    cluster = Cluster(cora[3])
+    rank = Rank(TrainConfig(graph=""), None, cluster.parts[0], cluster.servers[0],
+                cluster.transport, Breakdown(), torch.device("cpu"), "_N")
+    samplers = [rank.sampling(f, timed)[0] for f, timed in (([5, 3], True), ([4], False),
+                                                            ([5, 3], False))]
+    assert samplers[0].relabeler is samplers[1].relabeler is samplers[2].relabeler
+    assert samplers[0].relabeler.nbytes == 0          # allocated at first use, once
+    seeds = torch.arange(0, 300, 3)
+    for sampler in samplers:
+        alone = cluster.sampler(0, sampler.fanouts)
+        for key in (1, 2):
+            a, b = sampler.sample("_N", seeds, key), alone.sample("_N", seeds, key)
+            for x, y in zip(a.blocks, b.blocks):
+                assert all(torch.equal(x.src_nodes[t], y.src_nodes[t]) for t in x.src_nodes)
+                assert all(torch.equal(u, v) for et in x.edges
+                           for u, v in zip(x.edges[et], y.edges[et]))
+    assert samplers[0].relabeler.nbytes == 4 * sum(cluster.parts[0].graph.num_nodes.values())
+
+
+def test_halo_references_count_exactly_or_read_a_bounded_spread_sample():
+    """The halo cache's pick counts every edge of a small part, and at most ``scan_edges``
+    of a large one, spread over the whole CSC: the hubs still come out on top."""
+    g = torch.Generator().manual_seed(0)
+    owned, halo, n = 1000, 5000, 400_000
+    indices = torch.randint(0, owned + halo, (n,), generator=g, dtype=torch.int32)
+    hubs = torch.tensor([owned + 7, owned + 4242, owned + 999])
+    for i, hub in enumerate(hubs):        # 3%, 2%, 1% of the edges, all along the array
+        indices[torch.rand(n, generator=g) < 0.03 - 0.01 * i] = int(hub)
+    exact = torch.zeros(halo, dtype=torch.int32)
+    halo_references(indices, owned, exact, scan_edges=n)
+    local = indices.long()
+    assert torch.equal(exact, torch.bincount(local[local >= owned] - owned, minlength=halo)
+                       .int())
+    sampled = torch.zeros(halo, dtype=torch.int32)
+    halo_references(indices, owned, sampled, scan_edges=n // 20)
+    assert 0 < int(sampled.sum()) <= n // 20           # read 5% of the edges
+    assert torch.equal(torch.topk(sampled, 3).indices, hubs - owned)
+    # the runs span the array: the last edges are counted too
+    tail = torch.zeros(halo, dtype=torch.int32)
+    halo_references(indices[-(n // 20) // 16:], owned, tail, scan_edges=n)
+    assert bool((sampled >= tail).all())
 
 
 def random_hetero_batch(g, num_nodes, ets, narrow, device):

@@ -38,6 +38,24 @@ def served(graph_json):
     return full, servers, LocalTransport(servers)
 
 
+def test_held_out_filter_copies_indices_and_int32_positions_only(cora_link):
+    """The filtered CSC keeps the training edges in CSC order; their original IDs are read
+    through the stored positions from the mapped array (no copy), positions held as int32."""
+    chunked, graph_json = cora_link
+    part = LocalPart.load(graph_json, 0)
+    stored = part.csc[ET]
+    filtered = without_held_out(part).csc[ET]
+    train = part.edge_data(ET, "train_mask").bool()
+    assert filtered.stored_orig_ids is stored.stored_orig_ids
+    assert filtered.stored_pos.dtype == torch.int32 and len(filtered.indices) == int(train.sum())
+    kept = filtered.orig_ids(torch.arange(len(filtered.indices)))
+    assert torch.equal(kept, stored.stored_orig_ids[train])
+    assert torch.equal(filtered.indices, stored.indices[train])
+    src, dst = edges_of(chunked)
+    mask = edge_data_of(chunked, str(ET), "train_mask").astype(bool)
+    assert mask[kept.numpy()].all()                        # every kept edge a training edge
+
+
 def orig_pairs(part, src_new, dst_new, orig_of_new):
     return set(zip(orig_of_new[src_new].tolist(), orig_of_new[dst_new].tolist()))
 
@@ -156,6 +174,21 @@ def test_embed_node_task_equals_single_process_full_graph_forward(cora_link, tmp
     np.testing.assert_allclose(got, logits, rtol=1e-4, atol=1e-4)
     assert (np.load(out / "_N" / "predictions.npy") == logits.argmax(1)).all()
     assert np.load(out / "_N" / "embeddings.npy").shape == (n, 128)
+    assert not (tmp_path / ".emb.layers").exists()       # the layer files are gone
+
+
+def test_layer_outputs_are_file_backed_rows_written_in_place(tmp_path):
+    """trainer embed's layer outputs live in memory-mapped files, not anonymous memory: the
+    rows written through the tensor are the file's, and close removes the files."""
+    from graphprep.trainer.tasks.inference import LayerFiles
+    files = LayerFiles(str(tmp_path / "layers"))
+    rows = files.rows("__layer1", "_N", 10, (3,))
+    rows[4:6] = torch.arange(6.0).reshape(2, 3)
+    on_disk = np.load(tmp_path / "layers" / "__layer1._N.npy", mmap_mode="r")
+    assert on_disk.shape == (10, 3) and (on_disk[4:6] == np.arange(6.0).reshape(2, 3)).all()
+    files.close()
+    assert not (tmp_path / "layers").exists() and float(rows[5, 2]) == 5.0   # still mapped
+    assert LayerFiles(None).rows("x", "_N", 2, (3,)).shape == (2, 3)
 
 
 def test_heterogeneous_link_prediction_beats_chance(scheduler, mag_parts, tmp_path):

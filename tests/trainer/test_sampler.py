@@ -82,6 +82,6 @@ def test_sampled_edges_of_a_dispatched_part_are_input_edges(tmp_path, prep):
     dst_orig = part.orig_ids["_N"][seeds[out.seed_pos]]
     pairs = set(zip(src_orig.tolist(), dst_orig.tolist()))
     assert pairs and pairs <= truth
-    eids = csc.orig_ids[out.edge_pos].numpy()
+    eids = csc.orig_ids(out.edge_pos).numpy()
     assert np.array_equal(src[eids], src_orig.numpy()) and np.array_equal(dst[eids],
                                                                          dst_orig.numpy())

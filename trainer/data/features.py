@@ -22,6 +22,8 @@ from graphprep.trainer.data.sparse import SparseRows, is_sparse
 
 LOG_DEGREE = "__log_degree"     # node data added at load by add_log_degree
 EMBEDDING = "__embedding"       # learnable input rows of a featureless type (data.embeddings)
+INPUT_FEATURE = "feat"          # the input array whose halo rows are counted (and cached)
+SCAN_EDGES = 1 << 24            # edges per type the halo cache's pick reads, at most
 
 
 def add_log_degree(part: LocalPart) -> None:
@@ -57,12 +59,15 @@ class HaloCache:
 
     @classmethod
     def build(cls, fetcher: "FeatureFetcher", names: tuple[str, ...], budget_bytes: int,
-              scan_rows: int = 1 << 24) -> "HaloCache":
+              scan_edges: int = SCAN_EDGES) -> "HaloCache":
         """Pick, per node type with ``names[0]``, the halo nodes with the most in-part edges
-        (counted over ``indices`` in slices of ``scan_rows``) within an equal share of the
-        budget, and fetch their rows of every array of ``names`` the type has (one request
-        per owner). A sparse field's rows differ in size: the pick assumes this part's own
-        mean row, and the most referenced of the fetched rows that fit the share are kept."""
+        within an equal share of the budget, and fetch their rows of every array of
+        ``names`` the type has (one request per owner). References are counted over at most
+        ``scan_edges`` edges per edge type (:func:`halo_references`), so the pick takes the
+        same time whatever the part's size. A sparse field's rows differ in size: the pick
+        assumes this part's own mean row, and the most referenced of the fetched rows that
+        fit the share are kept. Holds one int32 count per halo node of a type while it
+        picks."""
         part, meta = fetcher.part, fetcher.meta
         types = [t for t in part.graph.node_types if names[0] in meta.get(t, {})]
         share = budget_bytes // max(len(types), 1)
@@ -73,13 +78,10 @@ class HaloCache:
             k = min(len(halo), int(share // max(row_bytes, 1e-9)))
             if k <= 0:
                 continue
-            owned, refs = len(part.orig_ids[t]), torch.zeros(len(halo), dtype=torch.long)
+            refs = torch.zeros(len(halo), dtype=torch.int32)
             for et, csc in part.csc.items():
-                if et.src != t:
-                    continue
-                for chunk in torch.split(csc.indices.cpu(), scan_rows):
-                    chunk = chunk[chunk >= owned].long() - owned
-                    refs += torch.bincount(chunk, minlength=len(halo))
+                if et.src == t:
+                    halo_references(csc.indices, len(part.orig_ids[t]), refs, scan_edges)
             top = torch.topk(refs, k).indices
             ids, order = torch.sort(halo[top])
             chosen[t], refs_of[t] = ids, refs[top][order]
@@ -98,6 +100,26 @@ class HaloCache:
         pos = torch.searchsorted(cached, ids).clamp(max=len(cached) - 1)
         hit = cached[pos] == ids
         return hit, pos[hit]
+
+
+def halo_references(indices: torch.Tensor, owned: int, refs: torch.Tensor,
+                    scan_edges: int = SCAN_EDGES, slices: int = 16) -> None:
+    """Add to ``refs[h]`` how many of the edges in ``indices`` (local sources: owned first,
+    then halo positions) come from halo node ``h``: all of them when there are at most
+    ``scan_edges``, else ``slices`` runs of ``scan_edges / slices`` edges spread evenly over
+    the array (a sample: the CSC's destination order is unrelated to a source's degree, so
+    the most referenced halo nodes stay the most referenced). Reads at most ``scan_edges``
+    edges; holds a run's temporaries."""
+    n = len(indices)
+    if n <= scan_edges:
+        runs = [(0, n)]
+    else:
+        step = scan_edges // slices
+        runs = [(int(s), int(s) + step) for s in torch.linspace(0, n - step, slices).long()]
+    for start, stop in runs:
+        chunk = indices[start:stop].cpu()
+        chunk = chunk[chunk >= owned].long() - owned
+        refs.scatter_add_(0, chunk, torch.ones(len(chunk), dtype=refs.dtype))
 
 
 def _nbytes(rows) -> int:
@@ -250,6 +272,8 @@ class FeatureFetcher:
                     todo[t] = (ids[missing], missing)
                 owners = split_by_owner(self.book, {t: ids for t, (ids, _) in todo.items()},
                                         self.num_parts)
+                if INPUT_FEATURE in names:
+                    self._count_halo(asks[names[0]], owners)
                 for q, where in enumerate(owners):
                     if where:
                         requests.setdefault((q, table), []).append(
@@ -271,6 +295,16 @@ class FeatureFetcher:
                         out[name][t].put(where[t], rows)
             return {name: {t: sink.result() for t, sink in by_type.items()}
                     for name, by_type in out.items()}
+
+    def _count_halo(self, asked: dict[str, torch.Tensor],
+                    owners: list[dict[str, torch.Tensor]]) -> None:
+        """Count the input rows asked that other parts own (``halo_rows``) and how many of
+        them the cache served (``halo_cache_hits``): those asked and left to ask no owner
+        for (the cache holds only halo rows)."""
+        missing = [sum(len(pos) for pos in where.values()) for where in owners]
+        hits = sum(len(ids) for ids in asked.values()) - sum(missing)
+        self.breakdown.count("halo_rows", hits + sum(missing) - missing[self.p])
+        self.breakdown.count("halo_cache_hits", hits)
 
     def _sink(self, ntype: str, name: str, n: int) -> "_DenseSink | _SparseSink":
         """Where the ``n`` asked rows of ``name`` gather: a preallocated dense block, or the

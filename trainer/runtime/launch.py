@@ -95,6 +95,16 @@ class _Forwarder:
                     pass
 
 
+def launched_at() -> float:
+    """When the job was launched (``time.time()`` scale): our launcher's process start for its
+    ranks, else (torchrun, a rank started by hand) this process's own start."""
+    launcher = os.environ.get(LAUNCHER_ENV)
+    try:
+        return psutil.Process(int(launcher) if launcher else os.getpid()).create_time()
+    except (psutil.Error, ValueError):
+        return psutil.Process().create_time()
+
+
 def launch_local(argv: list[str], world_size: int) -> int:
     """Run ``world_size`` ranks of ``python -m graphprep.trainer argv``; returns the job's exit code."""
     procs: list[subprocess.Popen] = []

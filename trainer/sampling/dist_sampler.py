@@ -130,12 +130,16 @@ class DistNeighborSampler:
 
     ``edge_feat`` (``--edge-feat``): an edge data array whose rows of the sampled edges each
     owner returns with its sample, in the same request (no extra round trip); the blocks hold
-    them as ``Block.edge_attr``, on ``device``, in edge order."""
+    them as ``Block.edge_attr``, on ``device``, in edge order.
+
+    ``relabeler``: one shared with the rank's other samplers (its stamp arrays are the
+    sampler's only memory that grows with the graph: a rank holds them once, not once per
+    loader); by default the sampler's own."""
 
     def __init__(self, part: LocalPart, server: PartServer, transport: Transport,
                  fanouts: list[int], device: str | torch.device = "cpu",
                  breakdown: Breakdown | None = None, dedup: str = "stamp",
-                 edge_feat: str | None = None):
+                 edge_feat: str | None = None, relabeler: "Relabeler | None" = None):
         if dedup not in ("stamp", "unique"):
             raise ValueError(f"dedup must be 'stamp' or 'unique', got {dedup!r}")
         self.p, self.graph = part.p, part.graph
@@ -149,7 +153,8 @@ class DistNeighborSampler:
         self.breakdown = breakdown or Breakdown()
         self.dedup = dedup
         self.edge_feat = edge_feat
-        self.relabeler = Relabeler(part.graph.num_nodes) if dedup == "stamp" else None
+        self.relabeler = None if dedup != "stamp" else \
+            relabeler or Relabeler(part.graph.num_nodes)
         self._split = split_by_owner if dedup == "stamp" else split_by_owner_argsort
 
     def sample(self, ntype: str, seeds: torch.Tensor, seed: int) -> MiniBatch:
@@ -165,9 +170,11 @@ class DistNeighborSampler:
         destination it owns (the only ones it could sample)."""
         nodes = {t: ids.to(self.device) for t, ids in seeds.items()}
         by_owner = self.exclusions_by_owner(exclude) if exclude else None
+        self.breakdown.count("seeds_sampled", sum(len(v) for v in nodes.values()))
         blocks: list[Block] = []
         for hop, fanout in enumerate(self.fanouts):
             edges, attrs = self.sample_hop(nodes, fanout, mix_seed(seed, hop), by_owner)
+            self.breakdown.count("sampled_edges", sum(len(d) for d, _ in edges.values()))
             block = self.relabeler(nodes, edges, attrs) if self.relabeler is not None else \
                 relabel_unique(nodes, edges, attrs)
             blocks.insert(0, block)

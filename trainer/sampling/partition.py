@@ -58,24 +58,30 @@ class PartitionBook:
 class LocalCSC:
     """CSC of one edge type in a part: in-edges of the owned destination nodes.
 
-    ``stored_pos`` (int64, host): each served edge's position in the part's stored CSC, where
-    its edge data rows are; ``None`` when the CSC is the stored one (then a position is its
-    own). Set by :meth:`LocalPart.without_edges`: 8 B per kept edge."""
+    ``stored_pos`` (host): each served edge's position in the part's stored CSC, where its
+    edge data rows and original ID are; ``None`` when the CSC is the stored one (then a
+    position is its own). Set by :meth:`LocalPart.without_edges`: int32 (4 B per kept edge)
+    while the stored CSC has fewer than 2^31 edges, else int64."""
 
     indptr: torch.Tensor      # int64 [owned dst + 1]
     indices: torch.Tensor     # local source index: owned first, then halo positions
-    orig_ids: torch.Tensor    # original edge ID of each edge
+    stored_orig_ids: torch.Tensor    # original edge ID of each edge of the stored CSC (mapped)
     stored_pos: torch.Tensor | None = None
 
     def to(self, device) -> "LocalCSC":
-        """Structure on ``device``; ``stored_pos`` stays on the host, where edge data is."""
-        return LocalCSC(self.indptr.to(device), self.indices.to(device), self.orig_ids.to(device),
+        """Structure on ``device``; edge IDs and ``stored_pos`` stay on the host, where edge
+        data is."""
+        return LocalCSC(self.indptr.to(device), self.indices.to(device), self.stored_orig_ids,
                         self.stored_pos)
 
     def stored(self, pos: torch.Tensor) -> torch.Tensor:
         """Positions in the stored CSC (edge data rows) of served CSC positions ``pos``
-        (host tensors)."""
-        return pos if self.stored_pos is None else self.stored_pos.index_select(0, pos)
+        (host tensors), int64."""
+        return pos if self.stored_pos is None else self.stored_pos.index_select(0, pos).long()
+
+    def orig_ids(self, pos: torch.Tensor) -> torch.Tensor:
+        """Original edge IDs of the edges at served CSC positions ``pos`` (host tensors)."""
+        return self.stored_orig_ids.index_select(0, self.stored(pos))
 
 
 @dataclass
@@ -131,17 +137,21 @@ class LocalPart:
     def without_edges(self, drop: dict[EdgeType, torch.Tensor]) -> "LocalPart":
         """This part with the edges where ``drop[etype]`` (bool, CSC order) is set removed from
         the CSC (link prediction: held-out edges never carry messages). Holds a filtered copy
-        of each such type's CSC, and the kept edges' positions in the stored CSC
-        (``LocalCSC.stored_pos``, 8 B per kept edge: edge data stays mapped and is read there);
-        other types stay mapped."""
+        of each such type's ``indices`` and the kept edges' positions in the stored CSC
+        (``LocalCSC.stored_pos``: 4 + 4 B per kept edge; edge data and edge IDs stay mapped
+        and are read there); other types stay mapped. While filtering, temporaries of 9 B
+        per edge of the type."""
         csc = dict(self.csc)
         for et, mask in drop.items():
             c, keep = self.csc[et], ~mask.bool()
             kept_before = torch.zeros(len(keep) + 1, dtype=torch.int64)
             torch.cumsum(keep.long(), 0, out=kept_before[1:])
             kept = kept_before[c.indptr.long()].to(c.indptr.dtype)   # the new indptr
+            del kept_before
             stored = c.stored(torch.nonzero(keep).flatten())   # composes with earlier drops
-            csc[et] = LocalCSC(kept, c.indices[keep], c.orig_ids[keep], stored)
+            if len(c.stored_orig_ids) < 2**31:
+                stored = stored.int()
+            csc[et] = LocalCSC(kept, c.indices[keep], c.stored_orig_ids, stored)
         return LocalPart(self.graph, self.p, self.orig_ids, self.halo_ids, csc, self.node_data)
 
     def start(self, ntype: str) -> int:
@@ -157,7 +167,7 @@ class LocalPart:
         if placement == "cpu":
             return self
         move = (lambda t: t.pin_memory()) if placement == "pinned" else (lambda t: t.to("cuda"))
-        csc = {et: LocalCSC(move(c.indptr), move(c.indices), c.orig_ids, c.stored_pos)
+        csc = {et: LocalCSC(move(c.indptr), move(c.indices), c.stored_orig_ids, c.stored_pos)
                for et, c in self.csc.items()}
         halo = {t: move(h) for t, h in self.halo_ids.items()}
         return LocalPart(self.graph, self.p, self.orig_ids, halo, csc, self.node_data)

@@ -1,4 +1,5 @@
-"""Per-epoch time breakdown: named totals, added from any thread, taken once per epoch."""
+"""Per-epoch time breakdown and work counts: named totals, added from any thread, taken once per
+epoch."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ from contextlib import contextmanager
 PHASES = ("sample_local", "sample_remote", "feature_fetch", "wait_batch", "forward_backward",
           "allreduce", "eval")
 
+# what training batches did, counted (summed over ranks in the epoch's record): the seeds and
+# the edges the sampler returned, and of the input rows that live on other parts (halo rows),
+# how many the halo cache served
+COUNTS = ("seeds_sampled", "sampled_edges", "halo_rows", "halo_cache_hits")
+
 
 class Breakdown:
     """Seconds spent per phase. Background phases (sampling, fetch) overlap the training
@@ -18,10 +24,16 @@ class Breakdown:
     def __init__(self):
         self._lock = threading.Lock()
         self._totals: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
 
     def add(self, phase: str, seconds: float) -> None:
         with self._lock:
             self._totals[phase] = self._totals.get(phase, 0.0) + seconds
+
+    def count(self, name: str, n: int) -> None:
+        """Add ``n`` to the work count ``name`` (one of :data:`COUNTS`)."""
+        with self._lock:
+            self._counts[name] = self._counts.get(name, 0) + n
 
     @contextmanager
     def clock(self, phase: str):
@@ -36,4 +48,12 @@ class Breakdown:
         with self._lock:
             out = {p: self._totals.get(p, 0.0) for p in PHASES}
             self._totals.clear()
+        return out
+
+    def take_counts(self) -> dict[str, int]:
+        """Work counts since the last call (every one of :data:`COUNTS`, zero if unused),
+        reset."""
+        with self._lock:
+            out = {c: self._counts.get(c, 0) for c in COUNTS}
+            self._counts.clear()
         return out

@@ -21,8 +21,10 @@ are also what the model reads); where the input had keys (tables, keyed edge lis
 by key, to be joined by key: ``<ntype>/embeddings.parquet`` (key, embedding[,
 input_embedding]) and ``<target>/predictions.parquet`` (key, predicted class name, class
 index); and ``embed.json``: the files, the inference mode, the checkpoint, and the metrics of
-these outputs beside the sampled evaluation recorded in the checkpoint at the same epoch. A rank holds its part's outputs of two layers (owned nodes x
-width, float32) and one batch's neighborhoods.
+these outputs beside the sampled evaluation recorded in the checkpoint at the same epoch. A
+rank writes its part's outputs of two layers (owned nodes x width, float32) into
+memory-mapped files under ``.OUT.layers`` beside OUT (removed at the end), and holds one
+batch's neighborhoods and ``ROWS_PER_WRITE`` rows of an output at a time.
 """
 
 from __future__ import annotations
@@ -103,13 +105,21 @@ def main(graph, checkpoint, out, overwrite, batch_size, device, rpc_timeout, ifa
         from graphprep.trainer.runtime.launch import launch_local
         log.info("launching %d ranks, one per part", meta.num_parts)
         code = launch_local(sys.argv[1:], meta.num_parts)
-        shutil.rmtree(side_paths(out)[0], ignore_errors=True)   # a failed run's partial
+        for folder in (side_paths(out)[0], scratch_folder(out)):   # a failed run's leftovers
+            shutil.rmtree(folder, ignore_errors=True)
         sys.exit(code)
     run_as_rank(lambda: run_embed(graph, checkpoint, out, batch_size, device, rpc_timeout,
                                   show_progress(progress)),
                 meta, rank=int(rank), part=int(rank), device=device, iface=iface,
                 threads=threads, verify_data=verify_data, rpc_timeout=rpc_timeout,
                 verbose=verbose)
+
+
+def scratch_folder(out: str) -> str:
+    """``.OUT.layers`` beside ``out``: the ranks' memory-mapped layer outputs while they run
+    (``graphprep.trainer.tasks.inference.LayerFiles``), removed at the end."""
+    parent, name = os.path.split(os.path.abspath(out))
+    return os.path.join(parent, f".{name}.layers")
 
 
 def _check_before_start(meta, checkpoint: str, out: str, overwrite: bool, device: str,
@@ -163,17 +173,21 @@ def run_embed(graph: str, checkpoint: str, out: str, batch_size: int, device: st
         raise ValueError(f"--checkpoint {checkpoint}: its model does not fit this graph's "
                          f"features and classes ({first})") from None
     model.eval()
+    from graphprep.trainer.tasks.inference import LayerFiles
     partial = side_paths(out)[0]
+    files = LayerFiles(os.path.join(scratch_folder(out), f"rank-{env.rank}"))
     where.at("the inference")
     try:
         metrics, types, mode = _infer_and_write(rank, cfg, model, batch_size, state, checkpoint,
-                                          partial)
+                                                partial, files)
         if env.rank == 0:
             swap_into_place(partial, os.path.abspath(out))
     except BaseException:
         if env.rank == 0:
             shutil.rmtree(partial, ignore_errors=True)
         raise
+    finally:
+        files.close()
     if env.rank == 0:
         key = "test_auc" if cfg.task == "link" else "test_acc"
         epoch = state["history"][-1]["epoch"]
@@ -184,14 +198,17 @@ def run_embed(graph: str, checkpoint: str, out: str, batch_size: int, device: st
               f"{sampled:.4f})", flush=True)
     where.at("the final barrier")
     dist.barrier()
+    if env.rank == 0:
+        shutil.rmtree(scratch_folder(out), ignore_errors=True)
     rendezvous.stop()
     return metrics
 
 
 def _infer_and_write(rank, cfg, model, batch_size: int, state: dict, checkpoint: str,
-                     partial: str) -> tuple[dict, set[str]]:
-    """Layer-wise inference, every rank's rows written into ``partial``, and (rank 0)
-    ``embed.json``. Returns the metrics and the node types written."""
+                     partial: str, files) -> tuple[dict, set[str]]:
+    """Layer-wise inference (outputs in ``files``, a ``LayerFiles``), every rank's rows
+    written into ``partial``, and (rank 0) ``embed.json``. Returns the metrics and the node
+    types written."""
     import torch.distributed as dist
 
     from graphprep.trainer.tasks.inference import LAYER_WISE, SAMPLED, layerwise, sampled
@@ -200,9 +217,10 @@ def _infer_and_write(rank, cfg, model, batch_size: int, state: dict, checkpoint:
     encoder = model.encoder if cfg.task == "link" else model
     show = cfg.progress and first
     if callable(getattr(encoder, "layer", None)):
-        mode, layers = LAYER_WISE, layerwise(rank, encoder, len(cfg.fanouts), batch_size, show)
+        mode, layers = LAYER_WISE, layerwise(rank, encoder, len(cfg.fanouts), batch_size, show,
+                                             files)
     else:
-        mode, layers = SAMPLED, [sampled(rank, encoder, batch_size, show)]
+        mode, layers = SAMPLED, [sampled(rank, encoder, batch_size, show, files)]
     final = layers[-1]
     embedding = final if cfg.task == "link" or len(layers) == 1 else layers[-2]
     files = _files(rank, cfg.task, embedding, final)
@@ -261,16 +279,22 @@ def _create(folder: str, files: dict) -> None:
         np.lib.format.open_memmap(os.path.join(folder, t, name), "w+", dtype, shape).flush()
 
 
+ROWS_PER_WRITE = 1 << 20     # rows of an output copied at a time: bounded temporaries
+
+
 def _write_rows(rank, folder: str, files: dict) -> None:
-    """This part's rows of every output, at their original IDs."""
+    """This part's rows of every output, at their original IDs, ``ROWS_PER_WRITE`` rows at
+    a time (the rows may be a memory-mapped layer file: nothing is held whole)."""
     import numpy as np
     part = rank.server.part
     for (t, name), (layer, _, _) in files.items():
-        rows = part.node_data[t][layer]
-        if name == "predictions.npy":
-            rows = rows.argmax(1)
+        rows, ids = part.node_data[t][layer], part.orig_ids[t]
         out = np.load(os.path.join(folder, t, name), mmap_mode="r+")
-        out[part.orig_ids[t].numpy()] = rows.numpy()
+        for start in range(0, len(ids), ROWS_PER_WRITE):
+            block = rows[start:start + ROWS_PER_WRITE]
+            if name == "predictions.npy":
+                block = block.argmax(1)
+            out[ids[start:start + ROWS_PER_WRITE].numpy()] = block.numpy()
         out.flush()
 
 
@@ -292,9 +316,13 @@ def _metrics(rank, cfg, model, final: str) -> dict:
             return out
         return LinkTask(rank).evaluate(model, embeddings)
     t = rank.ntype
-    correct = part.node_data[t][final].argmax(1) == part.node_data[t]["label"].long()
-    counts = []
-    for m in ("val", "test"):
-        mask = part.node_data[t][f"{m}_mask"].bool()
-        counts += [float((correct & mask).sum()), float(mask.sum())]
+    data = part.node_data[t]
+    counts = [0.0] * 4        # val correct, val nodes, test correct, test nodes
+    for start in range(0, len(part.orig_ids[t]), ROWS_PER_WRITE):
+        rows = slice(start, start + ROWS_PER_WRITE)
+        correct = data[final][rows].argmax(1) == data["label"][rows].long()
+        for k, m in enumerate(("val", "test")):
+            mask = data[f"{m}_mask"][rows].bool()
+            counts[2 * k] += float((correct & mask).sum())
+            counts[2 * k + 1] += float(mask.sum())
     return exact_accuracy(counts)

@@ -5,7 +5,15 @@ GraphSAGE node classification on a synth graph (10^7 edges by default; 5% of nod
 2 ranks (RPC sampling and feature fetch, DDP; with the default 64 MB halo feature cache and
 without it), in the same run. Reports mean epoch time (first
 epoch excluded), accuracy, the per-rank time breakdown and RPC traffic per epoch.
-``--quick``: 2*10^4 edges, 2 epochs, fanouts 5,5, batches of 64 (seconds; for the test suite).
+
+``--scale-curve``: instead, the same recipe (2 parts / 2 ranks, 5% of nodes train) on R-MAT
+and the planted graph at each of ``--curve-edges`` (10^6, 10^7, 10^8): per row launch -> first
+batch, epoch time per 10^5 seeds, sampled edges and RPC bytes per seed, halo-cache hit rate,
+each rank's peak anonymous memory (sampled from outside; memory-mapped part pages counted
+apart), test accuracy beside the majority-class rate; and the largest size against the one
+before it.
+``--quick``: 2*10^4 edges (scale curve: 2*10^4 and 4*10^4), 2 epochs, fanouts 5,5, batches of
+64 (seconds; for the test suite).
 """
 
 from __future__ import annotations
@@ -16,14 +24,19 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import parse_args, partitioned_synth  # noqa: E402
+from common import (WorkerMemorySampler, graph_spec, parse_args,  # noqa: E402
+                    partitioned_synth)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def train(graph_json: str, workdir: str, args, *extra: str) -> dict:
+def run_trainer(graph_json: str, workdir: str, args, *extra: str) -> dict:
+    """``python -m graphprep.trainer`` on ``graph_json`` with the run's recipe: its metrics
+    JSON, and the peak anonymous and file-backed memory of each rank (sampled from outside,
+    MB, sorted)."""
     name = os.path.basename(os.path.dirname(graph_json)) + "".join(extra).replace("-", "")
     metrics = os.path.join(workdir, f"train-{name}.json")
     cmd = [sys.executable, "-m", "graphprep.trainer", "--graph", graph_json, "--no-progress",
@@ -33,9 +46,29 @@ def train(graph_json: str, workdir: str, args, *extra: str) -> dict:
            "--placement", args.placement, *extra]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    ran = run_ranks(cmd)
     with open(metrics) as f:
         data = json.load(f)
+    data.update(ran, checkpoint_dir=os.path.join(workdir, f"ckpt-{name}"))
+    return data
+
+
+def run_ranks(cmd: list[str]) -> dict:
+    """Run a trainer command (``python -m graphprep.trainer ...``) from the repository:
+    its wall time and each rank's peak anonymous and file-backed memory (MB, sorted),
+    sampled from outside every 0.1 s. Raises CalledProcessError if it fails."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
+    with WorkerMemorySampler(0.1, root=proc.pid, marker="graphprep.trainer") as ranks:
+        if proc.wait():
+            raise subprocess.CalledProcessError(proc.returncode, cmd)
+    return {"wall_s": round(time.perf_counter() - start, 2),
+            "rank_peak_anon_mb": ranks.peaks_mb("anon"),
+            "rank_peak_file_backed_mb": ranks.peaks_mb("file")}
+
+
+def train(graph_json: str, workdir: str, args, *extra: str) -> dict:
+    data = run_trainer(graph_json, workdir, args, *extra)
     timed = data["epochs"][1:] or data["epochs"]
     mean = lambda key: sum(e[key] for e in timed) / len(timed)  # noqa: E731
     breakdown = {k: round(sum(e["time_per_rank_s"][k] for e in timed) / len(timed), 3)
@@ -52,6 +85,80 @@ def train(graph_json: str, workdir: str, args, *extra: str) -> dict:
             "rpc_requests_per_epoch": round(mean("rpc_requests"))}
 
 
+CURVE_SPLIT = (0.05, 0.01, 0.01)
+
+
+def majority_rate(graph_json: str, mask: str = "test_mask") -> float:
+    """The share of the ``mask`` nodes in their most common class, over every part: the
+    accuracy of always guessing it. Reads each part's labels and mask (memory-mapped)."""
+    import numpy as np
+
+    from graphprep.formats.partitioned import load_partitioned
+    from graphprep.trainer.config import target_type
+
+    g = load_partitioned(graph_json)
+    t = target_type(g, None)
+    counts = np.zeros(g.num_classes.get(t, 0), np.int64)
+    for p in range(g.num_parts):
+        label = np.load(g.part_path(p, "node_feats", t, "label.npy"), mmap_mode="r")
+        picked = np.load(g.part_path(p, "node_feats", t, f"{mask}.npy"), mmap_mode="r")
+        part = np.bincount(label[picked.astype(bool)], minlength=len(counts))
+        counts = np.pad(counts, (0, len(part) - len(counts))) + part
+    return round(float(counts.max() / max(counts.sum(), 1)), 4) if len(counts) else 0.0
+
+
+def curve_row(graph_json: str, workdir: str, args) -> dict:
+    """One scale-curve row: 2 parts / 2 ranks with the run's recipe; figures of the last
+    epoch (the first warms caches up when there are two)."""
+    data = run_trainer(graph_json, workdir, args)
+    first, last = data["epochs"][0], data["epochs"][-1]
+    seeds = max(last["seeds_sampled"], 1)
+    return {"launch_to_first_batch_s": first["launch_to_first_batch_s"],
+            "train_seeds": last["train_nodes"],
+            "epoch_s_per_1e5_seeds": round(last["train_s"] / last["train_nodes"] * 1e5, 3),
+            "sampled_edges_per_seed": round(last["sampled_edges"] / seeds, 2),
+            "rpc_bytes_per_seed": round(last["train_rpc_bytes"] / seeds),
+            "halo_cache_hit_rate": round(last["halo_cache_hits"] / max(last["halo_rows"], 1),
+                                         4),
+            "rank_peak_anon_mb": data["rank_peak_anon_mb"],
+            "rank_peak_file_backed_mb": data["rank_peak_file_backed_mb"],
+            "test_acc": round(data["summary"]["test_acc"], 4),
+            "majority_class_rate": majority_rate(graph_json),
+            "time_per_rank_s": last["time_per_rank_s"]}
+
+
+def scale_curve(args, workdir: str) -> dict:
+    """The recipe on each of ``--graphs`` at each of ``--curve-edges``; ratios of the largest
+    size against the one before it (the issue's targets: time and RPC bytes per seed <= 1.25x,
+    anonymous memory per rank <= 1.5x and <= 2 GB, launch -> first batch <= 60 s)."""
+    res = {"fanouts": args.fanouts, "batch_size": args.batch_size, "epochs": args.epochs,
+           "split": CURVE_SPLIT, "parts": 2, "cores": os.cpu_count()}
+    sizes = [int(float(e)) for e in args.curve_edges.split(",")]
+    for name in args.graphs.split(","):
+        rows = {}
+        for edges in sizes:
+            spec = None
+            if name == "rmat":
+                args.graph = "rmat"
+                spec = graph_spec(args, edges, 32)
+            graphs = partitioned_synth(os.path.join(workdir, name), edges, (2,),
+                                       split=CURVE_SPLIT, spec=spec)
+            row = curve_row(graphs[2], workdir, args)
+            row["edges"] = spec.num_edges if spec else edges
+            rows[str(edges)] = row
+            print(json.dumps({name: {str(edges): row}}), file=sys.stderr, flush=True)
+        big, small = (rows[str(e)] for e in sizes[-1:-3:-1]) if len(sizes) > 1 else \
+            (rows[str(sizes[0])],) * 2
+        res[name] = {"rows": rows, "largest_vs_previous": {
+            "time_per_seed": round(big["epoch_s_per_1e5_seeds"] /
+                                   small["epoch_s_per_1e5_seeds"], 3),
+            "rpc_bytes_per_seed": round(big["rpc_bytes_per_seed"] /
+                                        max(small["rpc_bytes_per_seed"], 1), 3),
+            "rank_peak_anon": round(max(big["rank_peak_anon_mb"]) /
+                                    max(small["rank_peak_anon_mb"]), 3)}}
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--edges", type=int, default=10**7)
@@ -63,10 +170,23 @@ def main():
     ap.add_argument("--workdir", default=None, help="keep the prepared graphs here")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads per rank; 0 = the trainer's default (cores / ranks)")
+    ap.add_argument("--scale-curve", action="store_true",
+                    help="instead: 2 parts / 2 ranks on --graphs at each of --curve-edges "
+                         "(launch -> first batch, time, sampled edges and RPC bytes per "
+                         "seed, halo-cache hit rate, anonymous memory per rank, accuracy "
+                         "against the majority class)")
+    ap.add_argument("--curve-edges", default="1e6,1e7,1e8",
+                    help="--scale-curve: graph sizes in edges (R-MAT: the nearest scale)")
+    ap.add_argument("--graphs", default="rmat,planted", help="--scale-curve: graphs")
+    ap.add_argument("--graph", default="planted", help=argparse.SUPPRESS)  # for graph_spec
+    ap.add_argument("--edge-factor", type=int, default=16, help=argparse.SUPPRESS)
     # --quick keeps 2 epochs: the mean leaves the first one out.
     args = parse_args(ap, {"edges": 2 * 10**4, "epochs": 2, "fanouts": "5,5",
-                           "batch_size": 64})
+                           "batch_size": 64, "curve_edges": "2e4,4e4"})
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-train-")
+    if args.scale_curve:
+        print(json.dumps(scale_curve(args, workdir), indent=1))
+        return
     graphs = partitioned_synth(workdir, args.edges, (1, 2))
     res = {"edges": args.edges, "fanouts": args.fanouts, "batch_size": args.batch_size,
            "device": args.device, "placement": args.placement, "cores": os.cpu_count(),

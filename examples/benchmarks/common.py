@@ -135,10 +135,13 @@ class WorkerMemorySampler(PeriodicSampler):
     files, which the kernel can drop and reread, and shared libraries) and ``VmHWM``. From
     outside, so that a worker restarted between passes (``graphprep.pipeline.core.recycle``) keeps its
     figures and its successor is found (the process list is refreshed every ``refresh_s``
-    and whenever a process has gone)."""
+    and whenever a process has gone). ``root`` and ``marker``: sample instead the descendants
+    of process ``root`` whose command line holds ``marker`` (a trainer's ranks)."""
 
-    def __init__(self, interval_s: float = 0.05, refresh_s: float = 0.5):
+    def __init__(self, interval_s: float = 0.05, refresh_s: float = 0.5,
+                 root: int | None = None, marker: str = "spawn_main"):
         super().__init__(interval_s)
+        self.root, self.marker = root, marker     # whose descendants; what their command holds
         self.refresh_every = max(1, round(refresh_s / interval_s))
         self.peaks: dict[int, dict[str, int]] = {}
         self._count, self._known_other = 0, set()
@@ -147,11 +150,15 @@ class WorkerMemorySampler(PeriodicSampler):
 
     def _refresh(self) -> None:
         import psutil
-        for child in psutil.Process().children(recursive=True):
+        try:
+            children = psutil.Process(self.root).children(recursive=True)
+        except psutil.Error:          # the root has exited: its processes are gone too
+            return
+        for child in children:
             if child.pid in self.peaks or child.pid in self._known_other:
                 continue
             try:
-                worker = "spawn_main" in " ".join(child.cmdline())
+                worker = self.marker in " ".join(child.cmdline())
             except psutil.Error:
                 continue
             if worker:

@@ -35,7 +35,9 @@ KINDS = ("chunked", "assignment", "partitioned", "metrics")
 EXPECTED = ("a chunked graph folder (metadata.json), a partition assignment folder "
             "(partition_meta.json), a partitioned graph (graph.json or its folder) or a "
             "trainer metrics file (--metrics-out JSON with config, epochs, summary)")
-METRIC_KEY = re.compile(r"(loss|acc|auc|mrr|hits)")
+# loss and the split metrics (train_acc, val_auc, test_hits@50, final_test_acc...), not the
+# work counts beside them (halo_cache_hits, sampled_edges)
+METRIC_KEY = re.compile(r"^(loss|(final_)?(train|val|test)_(acc|auc|mrr|hits@\d+))$")
 
 
 # ---------------------------------------------------------------- kind detection

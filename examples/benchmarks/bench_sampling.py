@@ -30,6 +30,8 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from common import parse_args, partitioned_synth  # noqa: E402
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 from graphprep.trainer.sampling.dist_sampler import DistNeighborSampler  # noqa: E402
 from graphprep.trainer.sampling.partition import LocalPart  # noqa: E402
 from graphprep.trainer.sampling.service import LocalTransport, PartServer  # noqa: E402
@@ -80,6 +82,85 @@ def graphprep_rate(graph_json, fanouts, batch, batches, device, compare_unique=F
         out["speedup_vs_unique"] = round(out["edges_per_s"] /
                                          out["unique_baseline"]["edges_per_s"], 2)
     return out, parts[0], seeds
+
+
+def old_sampler(commit: str, graph_json: str, fanouts, workdir: str):
+    """The 1-part sampler of ``commit``, for a same-process comparison: its tree extracted
+    (``git archive``) under ``workdir`` and imported under its own top-level names (a commit
+    from before the one ``graphprep`` namespace), reading a copy of ``graph_json`` without
+    the fields its loader did not know yet."""
+    import dataclasses
+    import importlib
+    import shutil
+    import subprocess
+
+    tree = os.path.join(workdir, f"tree-{commit}")
+    if not os.path.isdir(tree):
+        os.makedirs(tree + ".partial", exist_ok=True)
+        subprocess.run(f"git -C {ROOT} archive {commit} | tar -x -C {tree}.partial",
+                       shell=True, check=True)
+        shutil.move(tree + ".partial", tree)
+    with open(os.path.join(tree, "pyproject.toml")) as f:
+        if '"graphprep.trainer"' in f.read():
+            raise SystemExit(f"--against-commit {commit}: its trainer is graphprep.trainer, "
+                             "the name of this one: run it in its own process instead")
+    sys.path.insert(0, tree)
+
+    def module(*names):
+        for name in names:
+            try:
+                return importlib.import_module(name)
+            except ImportError:
+                continue
+        raise SystemExit(f"--against-commit {commit}: none of {names} imports")
+    partitioned = module("formats.partitioned")
+    sampler = module("trainer.sampling.dist_sampler", "trainer.dist_sampler")
+    partition = module("trainer.sampling.partition", "trainer.partition")
+    service = module("trainer.sampling.service", "trainer.service")
+    with open(graph_json) as f:
+        meta = json.load(f)
+    known = {f.name for f in dataclasses.fields(partitioned.PartInfo)}
+    meta["parts"] = [{k: v for k, v in p.items() if k in known} for p in meta["parts"]]
+    old_json = os.path.join(os.path.dirname(graph_json), f"graph.{commit}.json")
+    with open(old_json, "w") as f:
+        json.dump(meta, f)
+    part = partition.LocalPart.load(old_json, 0)
+    server = service.PartServer(part)
+    return sampler.DistNeighborSampler(part, server, service.LocalTransport({0: server}),
+                                       fanouts)
+
+
+def against_commit(commit: str, graph_json: str, fanouts, batch: int, batches: int,
+                   rounds: int, workdir: str) -> dict:
+    """This tree's sampler against ``commit``'s on 1 part, the same seeds, batches
+    alternated (which goes first alternates too), ``rounds`` times: edges/s of each and the
+    ratio per round, and the median ratio."""
+    import statistics
+
+    new_part = LocalPart.load(graph_json, 0)
+    server = PartServer(new_part)
+    samplers = {"now": DistNeighborSampler(new_part, server, LocalTransport({0: server}),
+                                           fanouts),
+                commit: old_sampler(commit, graph_json, fanouts, workdir)}
+    n0 = len(new_part.orig_ids["_N"])
+    g = torch.Generator().manual_seed(0)
+    out = {"rounds": []}
+    for r in range(rounds):
+        seeds = [torch.randperm(n0, generator=g)[:batch] for _ in range(batches + 1)]
+        for sampler in samplers.values():
+            sampler.sample("_N", seeds[0], 0)                 # warm-up
+        edges, took = dict.fromkeys(samplers, 0), dict.fromkeys(samplers, 0.0)
+        for i, s in enumerate(seeds[1:]):
+            for name in (list(samplers) if (i + r) % 2 == 0 else list(samplers)[::-1]):
+                start = time.perf_counter()
+                mb = samplers[name].sample("_N", s, i)
+                took[name] += time.perf_counter() - start
+                edges[name] += sum(len(e[0]) for b in mb.blocks for e in b.edges.values())
+        rates = {name: round(edges[name] / took[name]) for name in samplers}
+        out["rounds"].append({**{f"{k}_edges_per_s": v for k, v in rates.items()},
+                              "ratio": round(rates["now"] / rates[commit], 3)})
+    out["median_ratio"] = statistics.median(x["ratio"] for x in out["rounds"])
+    return out
 
 
 def prepared_graphs(workdir, edges, parts):
@@ -172,6 +253,12 @@ def main():
                          " in the same run, alternating batches")
     ap.add_argument("--graphprep-only", action="store_true",
                     help="skip PyG, DGL and the per-seed loop")
+    ap.add_argument("--against-commit", default=None, metavar="COMMIT",
+                    help="instead: this sampler against COMMIT's (a commit before the "
+                         "graphprep namespace, e.g. 794b0e9) on 1 part, in this process, "
+                         "batches alternated, --rounds times; the ratio per round and its "
+                         "median")
+    ap.add_argument("--rounds", type=int, default=5, help="--against-commit: rounds")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch intra-op threads (default: torch's); 1 is steadier on a shared "
                          "machine, where a descheduled OpenMP thread stalls every parallel op")
@@ -180,6 +267,16 @@ def main():
         torch.set_num_threads(args.threads)
     fanouts = [int(f) for f in args.fanouts.split(",")]
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-sampling-")
+    if args.against_commit:
+        graph = prepared_graphs(workdir, args.edges, (1,))[1]
+        print(json.dumps({"edges": args.edges, "fanouts": fanouts, "batch_size":
+                          args.batch_size, "batches": args.batches,
+                          "torch_threads": torch.get_num_threads(),
+                          "against": args.against_commit,
+                          **against_commit(args.against_commit, graph, fanouts,
+                                           args.batch_size, args.batches, args.rounds,
+                                           workdir)}, indent=1))
+        return
     graphs = prepared_graphs(workdir, args.edges, (1, 2))
     res = {"edges": args.edges, "fanouts": fanouts, "batch_size": args.batch_size,
            "device": args.device, "torch_threads": torch.get_num_threads()}

@@ -44,6 +44,12 @@ def train_seeds(graph_json: str) -> torch.Tensor:
     return seeds[torch.randperm(len(seeds), generator=torch.Generator().manual_seed(0))]
 
 
+def usable_batches(graph_json: str, batch: int, batches: int) -> int:
+    """``batches``, or fewer where the training seeds hold fewer full batches after the
+    warm-up one."""
+    return max(1, min(batches, len(train_seeds(graph_json)) // batch - 1))
+
+
 def peak_rss_mb() -> float:
     from graphprep.pipeline.core.memory import peak_rss_bytes
     return round(peak_rss_bytes() / 2**20, 1)
@@ -57,6 +63,7 @@ def ours(graph_json: str, fanouts: list[int], batch: int, batches: int) -> dict:
     from graphprep.trainer.sampling.partition import LocalPart
     from graphprep.trainer.sampling.service import LocalTransport, PartServer
 
+    batches = usable_batches(graph_json, batch, batches)
     part = LocalPart.load(graph_json, 0)
     server = PartServer(part)
     transport = LocalTransport({0: server})
@@ -72,7 +79,7 @@ def ours(graph_json: str, fanouts: list[int], batch: int, batches: int) -> dict:
         edges += sum(e.shape[1] for layer in b.layers for e in layer.edge_index_dict.values())
     took = time.perf_counter() - start
     return {"batches_per_s": round(batches / took, 2), "edges_per_batch": edges // batches,
-            "seconds": round(took, 2), "peak_rss_mb": peak_rss_mb()}
+            "batches": batches, "seconds": round(took, 2), "peak_rss_mb": peak_rss_mb()}
 
 
 def pyg(graph_json: str, fanouts: list[int], batch: int, batches: int) -> dict:
@@ -99,6 +106,7 @@ def pyg(graph_json: str, fanouts: list[int], batch: int, batches: int) -> dict:
     data = Data(x=load("node_feats", "_N", "feat.npy"), y=load("node_feats", "_N", "label.npy"),
                 edge_index=torch.stack([indices.long(), dst]), num_nodes=len(indptr) - 1)
     del indptr, indices, dst
+    batches = usable_batches(graph_json, batch, batches)
     seeds = train_seeds(graph_json)[:(batches + 1) * batch]
     try:
         loader = NeighborLoader(data, num_neighbors=fanouts, batch_size=batch,
@@ -113,7 +121,7 @@ def pyg(graph_json: str, fanouts: list[int], batch: int, batches: int) -> dict:
     except Exception as err:  # noqa: BLE001 - reported (no sampling backend, most often)
         return {**info, "error": f"{type(err).__name__}: {str(err).splitlines()[0]}"}
     return {**info, "batches_per_s": round(batches / took, 2), "edges_per_batch": edges // batches,
-            "seconds": round(took, 2), "peak_rss_mb": peak_rss_mb()}
+            "batches": batches, "seconds": round(took, 2), "peak_rss_mb": peak_rss_mb()}
 
 
 def pyg_elsewhere(python: str, graph_json: str, args) -> dict:

@@ -75,7 +75,7 @@ def prep(workdir: str, args) -> dict:
 def train(workdir: str, args) -> dict:
     """One epoch on the parts (2 parts / 2 ranks), checkpoint written, then ``trainer embed``
     of every node; the figures of both and a check of the embedding files."""
-    from bench_train import majority_rate, run_ranks, run_trainer
+    from bench_train import majority_rate, per_seed, run_ranks, run_trainer
 
     graph_json = os.path.join(workdir, "parts", "graph.json")
     recipe = argparse.Namespace(epochs=1, fanouts=args.fanouts, batch_size=args.batch_size,
@@ -83,17 +83,8 @@ def train(workdir: str, args) -> dict:
     data = run_trainer(graph_json, workdir, recipe, "--hidden", str(args.hidden))
     epoch = data["epochs"][0]
     res = {"hidden": args.hidden, "fanouts": args.fanouts, "batch_size": args.batch_size,
-           "train_wall_s": data["wall_s"],
-           "launch_to_first_batch_s": epoch["launch_to_first_batch_s"],
-           "train_seeds": epoch["train_nodes"], "epoch_train_s": round(epoch["train_s"], 1),
-           "epoch_s": round(epoch["epoch_s"], 1),
-           "epoch_s_per_1e5_seeds": round(epoch["train_s"] / epoch["train_nodes"] * 1e5, 3),
-           "sampled_edges_per_seed": round(epoch["sampled_edges"] /
-                                           max(epoch["seeds_sampled"], 1), 2),
-           "rpc_bytes_per_seed": round(epoch["train_rpc_bytes"] /
-                                       max(epoch["seeds_sampled"], 1)),
-           "halo_cache_hit_rate": round(epoch["halo_cache_hits"] /
-                                        max(epoch["halo_rows"], 1), 4),
+           "train_wall_s": data["wall_s"], **per_seed(epoch, epoch),
+           "epoch_train_s": round(epoch["train_s"], 1), "epoch_s": round(epoch["epoch_s"], 1),
            "test_acc": round(data["summary"]["test_acc"], 4),
            "val_acc": round(data["summary"]["val_acc"], 4),
            "test_nodes": epoch["test_nodes"],

@@ -124,23 +124,16 @@ def pyg(graph_json: str, fanouts: list[int], batch: int, batches: int) -> dict:
             "batches": batches, "seconds": round(took, 2), "peak_rss_mb": peak_rss_mb()}
 
 
-def pyg_elsewhere(python: str, graph_json: str, args) -> dict:
-    """PyG's side run by ``python`` (another venv), in its own process."""
-    cmd = [python, os.path.abspath(__file__), "--pyg-side", graph_json, "--fanouts",
+def side_process(python: str, side: str, graph_json: str, args) -> dict:
+    """One side (``ours`` or ``pyg``) run by ``python`` in a fresh process: its own peak
+    RSS, and for PyG possibly another venv's interpreter (a failure is reported)."""
+    cmd = [python, os.path.abspath(__file__), f"--{side}-side", graph_json, "--fanouts",
            args.fanouts, "--batch-size", str(args.batch_size), "--batches", str(args.batches),
            "--threads", str(args.threads)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         return {"error": f"{python} exited {done.returncode}: {done.stderr.strip()[-500:]}"}
     return json.loads(done.stdout)
-
-
-def in_own_process(side: str, graph_json: str, args) -> dict:
-    """One side in a fresh process of this interpreter: its own peak RSS."""
-    cmd = [sys.executable, os.path.abspath(__file__), f"--{side}-side", graph_json,
-           "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--batches",
-           str(args.batches), "--threads", str(args.threads)]
-    return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
 
 
 def main():
@@ -169,9 +162,8 @@ def main():
            "threads": args.threads, "pyg_python": args.pyg_python or sys.executable}
     for edges in (int(float(e)) for e in args.edges.split(",")):
         graph_json = partitioned_synth(workdir, edges, (1,))[1]
-        row = {"graphprep": in_own_process("ours", graph_json, args),
-               "pyg": pyg_elsewhere(args.pyg_python, graph_json, args) if args.pyg_python
-               else in_own_process("pyg", graph_json, args)}
+        row = {"graphprep": side_process(sys.executable, "ours", graph_json, args),
+               "pyg": side_process(args.pyg_python or sys.executable, "pyg", graph_json, args)}
         if "batches_per_s" in row["pyg"]:
             row["batches_per_s_ratio"] = round(row["graphprep"]["batches_per_s"] /
                                                row["pyg"]["batches_per_s"], 2)

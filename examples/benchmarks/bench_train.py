@@ -107,11 +107,10 @@ def majority_rate(graph_json: str, mask: str = "test_mask") -> float:
     return round(float(counts.max() / max(counts.sum(), 1)), 4) if len(counts) else 0.0
 
 
-def curve_row(graph_json: str, workdir: str, args) -> dict:
-    """One scale-curve row: 2 parts / 2 ranks with the run's recipe; figures of the last
-    epoch (the first warms caches up when there are two)."""
-    data = run_trainer(graph_json, workdir, args)
-    first, last = data["epochs"][0], data["epochs"][-1]
+def per_seed(first: dict, last: dict) -> dict:
+    """The scale figures of a run's epoch records: launch -> first batch (from ``first``),
+    then ``last``'s seeds, time per 10^5 seeds, sampled edges and RPC bytes per seed and the
+    halo-cache hit rate."""
     seeds = max(last["seeds_sampled"], 1)
     return {"launch_to_first_batch_s": first["launch_to_first_batch_s"],
             "train_seeds": last["train_nodes"],
@@ -119,12 +118,19 @@ def curve_row(graph_json: str, workdir: str, args) -> dict:
             "sampled_edges_per_seed": round(last["sampled_edges"] / seeds, 2),
             "rpc_bytes_per_seed": round(last["train_rpc_bytes"] / seeds),
             "halo_cache_hit_rate": round(last["halo_cache_hits"] / max(last["halo_rows"], 1),
-                                         4),
+                                         4)}
+
+
+def curve_row(graph_json: str, workdir: str, args) -> dict:
+    """One scale-curve row: 2 parts / 2 ranks with the run's recipe; figures of the last
+    epoch (the first warms caches up when there are two)."""
+    data = run_trainer(graph_json, workdir, args)
+    return {**per_seed(data["epochs"][0], data["epochs"][-1]),
             "rank_peak_anon_mb": data["rank_peak_anon_mb"],
             "rank_peak_file_backed_mb": data["rank_peak_file_backed_mb"],
             "test_acc": round(data["summary"]["test_acc"], 4),
             "majority_class_rate": majority_rate(graph_json),
-            "time_per_rank_s": last["time_per_rank_s"]}
+            "time_per_rank_s": data["epochs"][-1]["time_per_rank_s"]}
 
 
 def scale_curve(args, workdir: str) -> dict:

@@ -3,12 +3,13 @@
 Streaming: outputs are ``.npy`` files written front to back, one node range / one destination
 sub-range at a time; inputs are read by row range (no memory-mapping: mapped pages would count
 in the worker's memory). A task holds one range of node rows or one sub-range of edges
-(``range_size`` destination nodes' in-edges, gathered from every chunk's bucket), plus the
+(``range_size`` destination nodes' in-edges, gathered from every chunk's bucket straight into
+one buffer: about 48 bytes per edge with their order and one sorted column at a time), plus the
 part's halo as bits with running counts (``halo.BitRank``: a quarter byte per node of the
-source type; one byte per node while finding it); never the part's, let alone the graph's,
-edges at once. The part is written into a temporary folder and renamed into place when
-complete, with ``part.json`` (its index and dispatch id); then its integrity manifest is
-computed from the files on this machine.
+source type; one byte per node while finding it; its IDs written block by block); never the
+part's, let alone the graph's, edges at once. The part is written into a temporary folder
+and renamed into place when complete, with ``part.json`` (its index and dispatch id); then its
+integrity manifest is computed from the files on this machine.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from graphprep.formats import EdgeType
 from graphprep.formats.integrity import (PART_JSON, FileRecord, PartStamp, part_manifest,
                                write_part_json)
 from graphprep.formats.npyio import NpyWriter, npy_shape, read_rows
-from graphprep.formats.output import save_npy
 from graphprep.formats.sparse import CSR, csr_paths
 from graphprep.dispatch.halo import BitRank, find_halo
 from graphprep.dispatch.plan import DispatchPlan, atomic_folder
@@ -61,7 +61,7 @@ def build_part(task: PartTask) -> BuiltPart:
                 _write_nodes(plan, t, p, task.node_map[t][p], out)
             halo = {t: find_halo(plan, t, p, task.node_map) for t in g.node_types}
             for t, h in halo.items():
-                save_npy(os.path.join(out, "nodes", t, "halo_ids.npy"), h.ids())
+                _write_halo_ids(os.path.join(out, "nodes", t, "halo_ids.npy"), h)
             for et in g.edge_types:
                 _write_csc(plan, et, p, task.node_map, halo[et.src], out)
             write_part_json(out, PartStamp(p, g.graph_name, task.dispatch_id))
@@ -75,6 +75,15 @@ def build_part(task: PartTask) -> BuiltPart:
     return BuiltPart(counts, part_manifest(task.target),
                      {t: m for t, path in labels.items() if (m := _label_max(path)) is not None},
                      reused)
+
+
+def _write_halo_ids(path: str, halo: BitRank) -> None:
+    """The halo's new IDs, ascending, written block by block (never all at once: a part's
+    halo can hold most of the graph's nodes)."""
+    writer = NpyWriter(path, (halo.count,), np.int64)
+    for ids in halo.id_blocks():
+        writer.write(ids)
+    writer.close()
 
 
 def _label_max(path: str, rows: int = 1 << 22) -> int | None:
@@ -129,22 +138,49 @@ def _join_csr(pieces: list[str], n: int, base: str) -> None:
         writer.close()
 
 
-def _sub_ranges(plan: DispatchPlan, et: EdgeType, p: int):
-    """Yield ``(rows [3, m] sorted by destination, bucket slices)`` per destination sub-range."""
+def _sub_range_slices(plan: DispatchPlan, et: EdgeType, p: int):
+    """``(bucket files, [slice per file])`` of each destination sub-range of part ``p``'s
+    edges of ``et``: where its rows lie in every chunk's bucket (each sorted by destination)."""
     buckets = [plan.edge_bucket(et, k) for k in range(len(plan.graph.edge_chunks[et]))]
     offsets = [np.load(os.path.join(b, f"p{p:05d}.offsets.npy")) for b in buckets]
-    n_sub = len(offsets[0]) - 1 if offsets else 0
-    for j in range(n_sub):
-        slices = [slice(int(o[j]), int(o[j + 1])) for o in offsets]
-        parts = [read_rows(os.path.join(b, f"p{p:05d}.npy"), sl.start, sl.stop)
-                 for b, sl in zip(buckets, slices)]
-        rows = np.concatenate(parts).T if parts else np.empty((3, 0), np.int64)
-        order = np.argsort(rows[0], kind="stable")  # ties keep chunk (= edge ID) order
-        yield rows[:, order], order, buckets, slices
+    files = [os.path.join(b, f"p{p:05d}") for b in buckets]
+    for j in range(len(offsets[0]) - 1 if offsets else 0):
+        yield files, [slice(int(o[j]), int(o[j + 1])) for o in offsets]
+
+
+def _gather_rows(files: list[str], slices: list[slice], name: str = "",
+                 row_shape: tuple = (3,), dtype=np.int64) -> np.ndarray:
+    """The rows ``slices`` of each file's ``.npy`` (the edge rows, or the edge data field
+    ``name``), read straight into one array in file (= edge ID) order."""
+    rows = np.empty((sum(sl.stop - sl.start for sl in slices), *row_shape), dtype)
+    at = 0
+    for base, sl in zip(files, slices):
+        n = sl.stop - sl.start
+        if n:
+            read_rows(f"{base}.{name}.npy" if name else f"{base}.npy", sl.start, sl.stop,
+                      out=rows[at:at + n])
+        at += n
+    return rows
+
+
+def _local_sources(src: np.ndarray, s0: int, s1: int, halo: BitRank,
+                   block: int = 1 << 20) -> np.ndarray:
+    """Part-local source IDs, in place of ``src`` (new IDs): owned sources as offsets from
+    ``s0``, the halo's after them by rank. Ranks ``block`` halo sources at a time (their
+    temporaries are a few arrays of that size)."""
+    outside = np.flatnonzero((src < s0) | (src >= s1))
+    for lo in range(0, len(outside), block):
+        at = outside[lo:lo + block]
+        src[at] = (s1 - s0) + halo.rank(src[at]) + s0   # s0 comes off with the rest below
+    src -= s0
+    return src
 
 
 def _write_csc(plan: DispatchPlan, et: EdgeType, p: int, node_map, halo: BitRank,
                out: str) -> int:
+    """Write part ``p``'s CSC of ``et`` (indptr, local source indices, original edge IDs,
+    edge data) one destination sub-range at a time. Holds about 48 bytes per edge of the
+    sub-range (its rows, their order, one sorted column at a time), not the part's edges."""
     d0, d1 = node_map[et.dst][p]
     s0, s1 = node_map[et.src][p]
     buckets = [plan.edge_bucket(et, k) for k in range(len(plan.graph.edge_chunks[et]))]
@@ -157,26 +193,26 @@ def _write_csc(plan: DispatchPlan, et: EdgeType, p: int, node_map, halo: BitRank
     feats = {}
     for name in plan.graph.edge_data.get(et, {}):
         shape, fdtype = npy_shape(os.path.join(buckets[0], f"p{p:05d}.{name}.npy"))
-        feats[name] = NpyWriter(os.path.join(out, "edge_feats", et.dirname, f"{name}.npy"),
-                                (m, *shape[1:]), fdtype)
+        feats[name] = (NpyWriter(os.path.join(out, "edge_feats", et.dirname, f"{name}.npy"),
+                                 (m, *shape[1:]), fdtype), shape[1:], fdtype)
     indptr.write(np.zeros(1, np.int64))
     pos, sub_start = 0, d0
-    for rows, order, bucket_dirs, slices in _sub_ranges(plan, et, p):
-        new_dst, new_src, eids = rows
+    for files, slices in _sub_range_slices(plan, et, p):
         sub_end = min(sub_start + plan.range_size, d1)
-        counts = np.bincount(new_dst - sub_start, minlength=sub_end - sub_start)
+        rows = _gather_rows(files, slices)          # [m, 3]: new dst, new src, edge ID
+        order = np.argsort(rows[:, 0], kind="stable")  # ties keep chunk (= edge ID) order
+        counts = np.bincount(rows[order, 0] - sub_start, minlength=sub_end - sub_start)
         indptr.write(pos + np.cumsum(counts))
-        local = new_src - s0
-        outside = (new_src < s0) | (new_src >= s1)
-        local[outside] = (s1 - s0) + halo.rank(new_src[outside])
-        indices.write(local)
-        orig_ids.write(eids)
-        for name, writer in feats.items():
-            parts = [read_rows(os.path.join(b, f"p{p:05d}.{name}.npy"), sl.start, sl.stop)
-                     for b, sl in zip(bucket_dirs, slices)]
-            writer.write(np.concatenate(parts)[order])
-        pos += len(eids)
+        orig_ids.write(rows[order, 2])
+        src = rows[order, 1]
+        del rows                                    # the sub-range's 24 B per edge
+        indices.write(_local_sources(src, s0, s1, halo))
+        del src
+        for name, (writer, row_shape, fdtype) in feats.items():
+            writer.write(_gather_rows(files, slices, name, row_shape, fdtype)[order])
+        pos += len(order)
         sub_start = sub_end
-    for writer in (indptr, indices, orig_ids, *feats.values()):
+        del order
+    for writer in (indptr, indices, orig_ids, *(w for w, _, _ in feats.values())):
         writer.close()
     return m

@@ -49,10 +49,12 @@ class BitRank:
         below = (np.uint64(1) << (ids & 63).astype(np.uint64)) - np.uint64(1)
         return self.before[word] + popcount(self.words[word] & below)
 
-    def ids(self) -> np.ndarray:
-        """The members, sorted (int64)."""
-        bits = np.unpackbits(self.words.view(np.uint8), count=self.n, bitorder="little")
-        return np.flatnonzero(bits)
+    def id_blocks(self, words: int = 1 << 16):
+        """Yield the members in ascending order (int64), ``words`` * 64 IDs' worth at a time:
+        holds one block's bits unpacked (a byte per ID) and its members, never all n."""
+        for w0 in range(0, len(self.words), words):
+            bits = np.unpackbits(self.words[w0:w0 + words].view(np.uint8), bitorder="little")
+            yield np.flatnonzero(bits) + (w0 << 6)   # padding bits are never set
 
 
 def find_halo(plan: DispatchPlan, t: str, p: int, node_map) -> BitRank:

@@ -47,16 +47,27 @@ def npy_shape(path: str) -> tuple[tuple[int, ...], np.dtype]:
     return shape, dtype
 
 
-def read_rows(path: str, start: int, stop: int) -> np.ndarray:
-    """Rows ``[start, stop)`` of a C-ordered ``.npy`` (holds only those rows)."""
+def read_rows(path: str, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Rows ``[start, stop)`` of a C-ordered ``.npy`` (holds only those rows); ``out``: read
+    them into this C-contiguous array of the file's dtype and row shape instead (no second
+    copy when gathering many files' rows into one buffer). Raises ValueError if ``out`` does
+    not fit or the file ends early."""
     with open(path, "rb") as f:
         shape, dtype, offset = _header(f)
         row = int(np.prod(shape[1:], dtype=np.int64))
         stop = min(stop, shape[0])
         count = max(stop - start, 0)
         f.seek(offset + start * row * dtype.itemsize)
-        data = np.fromfile(f, dtype=dtype, count=count * row)
-    return data.reshape((count, *shape[1:]))
+        if out is None:
+            data = np.fromfile(f, dtype=dtype, count=count * row)
+            return data.reshape((count, *shape[1:]))
+        if out.dtype != dtype or out.shape != (count, *shape[1:]) or \
+                not out.flags.c_contiguous:
+            raise ValueError(f"{path}: rows [{start}, {stop}) of {dtype} {shape} do not fit "
+                             f"an array of {out.dtype} {out.shape}")
+        if f.readinto(memoryview(out).cast("B")) != out.nbytes:
+            raise ValueError(f"{path}: ends before row {stop}")
+    return out
 
 
 def npy_header_bytes(dtype, shape) -> bytes:
@@ -81,8 +92,8 @@ class NpyWriter:
 
     def write(self, rows: np.ndarray) -> None:
         rows = np.ascontiguousarray(rows, dtype=self.dtype)
-        with writing(self.path):
-            self._f.write(rows.tobytes())
+        with writing(self.path):  # the array's own buffer: no bytes copy of it
+            self._f.write(memoryview(rows.reshape(-1)).cast("B"))
         self.rows += len(rows) if rows.ndim else 1
 
     def close(self) -> None:

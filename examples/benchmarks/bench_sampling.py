@@ -28,9 +28,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import parse_args, partitioned_synth  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common import commit_tree, parse_args, partitioned_synth  # noqa: E402
 
 from graphprep.trainer.sampling.dist_sampler import DistNeighborSampler  # noqa: E402
 from graphprep.trainer.sampling.partition import LocalPart  # noqa: E402
@@ -91,15 +89,8 @@ def old_sampler(commit: str, graph_json: str, fanouts, workdir: str):
     the fields its loader did not know yet."""
     import dataclasses
     import importlib
-    import shutil
-    import subprocess
 
-    tree = os.path.join(workdir, f"tree-{commit}")
-    if not os.path.isdir(tree):
-        os.makedirs(tree + ".partial", exist_ok=True)
-        subprocess.run(f"git -C {ROOT} archive {commit} | tar -x -C {tree}.partial",
-                       shell=True, check=True)
-        shutil.move(tree + ".partial", tree)
+    tree = commit_tree(commit, workdir)
     with open(os.path.join(tree, "pyproject.toml")) as f:
         if '"graphprep.trainer"' in f.read():
             raise SystemExit(f"--against-commit {commit}: its trainer is graphprep.trainer, "

@@ -11,7 +11,8 @@ and the planted graph at each of ``--curve-edges`` (10^6, 10^7, 10^8): per row l
 batch, epoch time per 10^5 seeds, sampled edges and RPC bytes per seed, halo-cache hit rate,
 each rank's peak anonymous memory (sampled from outside; memory-mapped part pages counted
 apart), test accuracy beside the majority-class rate; and the largest size against the one
-before it.
+before it. With ``--against-commit C``, each row also runs C's trainer on the same graph
+(before beside after: time per seed, anonymous memory per rank, wall time outside the epochs).
 ``--quick``: 2*10^4 edges (scale curve: 2*10^4 and 4*10^4), 2 epochs, fanouts 5,5, batches of
 64 (seconds; for the test suite).
 """
@@ -27,17 +28,23 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import (WorkerMemorySampler, graph_spec, parse_args,  # noqa: E402
-                    partitioned_synth)
+from common import (WorkerMemorySampler, commit_tree, graph_spec,  # noqa: E402
+                    importable_tree, parse_args, partitioned_synth)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run_trainer(graph_json: str, workdir: str, args, *extra: str) -> dict:
+def run_trainer(graph_json: str, workdir: str, args, *extra: str, tree: str | None = None) -> dict:
     """``python -m graphprep.trainer`` on ``graph_json`` with the run's recipe: its metrics
     JSON, and the peak anonymous and file-backed memory of each rank (sampled from outside,
-    MB, sorted)."""
+    MB, sorted). ``tree``: run that source tree's trainer instead (another commit's)."""
     name = os.path.basename(os.path.dirname(graph_json)) + "".join(extra).replace("-", "")
+    env = None
+    if tree:
+        root, _ = importable_tree(tree, workdir)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get(
+            "PYTHONPATH", "")])}
+        name += "-" + os.path.basename(tree)
     metrics = os.path.join(workdir, f"train-{name}.json")
     cmd = [sys.executable, "-m", "graphprep.trainer", "--graph", graph_json, "--no-progress",
            "--epochs", str(args.epochs), "--fanouts", args.fanouts, "--batch-size",
@@ -46,19 +53,19 @@ def run_trainer(graph_json: str, workdir: str, args, *extra: str) -> dict:
            "--placement", args.placement, *extra]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
-    ran = run_ranks(cmd)
+    ran = run_ranks(cmd, env)
     with open(metrics) as f:
         data = json.load(f)
     data.update(ran, checkpoint_dir=os.path.join(workdir, f"ckpt-{name}"))
     return data
 
 
-def run_ranks(cmd: list[str]) -> dict:
+def run_ranks(cmd: list[str], env: dict | None = None) -> dict:
     """Run a trainer command (``python -m graphprep.trainer ...``) from the repository:
     its wall time and each rank's peak anonymous and file-backed memory (MB, sorted),
     sampled from outside every 0.1 s. Raises CalledProcessError if it fails."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, env=env)
     with WorkerMemorySampler(0.1, root=proc.pid, marker="graphprep.trainer") as ranks:
         if proc.wait():
             raise subprocess.CalledProcessError(proc.returncode, cmd)
@@ -130,7 +137,26 @@ def curve_row(graph_json: str, workdir: str, args) -> dict:
             "rank_peak_file_backed_mb": data["rank_peak_file_backed_mb"],
             "test_acc": round(data["summary"]["test_acc"], 4),
             "majority_class_rate": majority_rate(graph_json),
-            "time_per_rank_s": data["epochs"][-1]["time_per_rank_s"]}
+            "time_per_rank_s": data["epochs"][-1]["time_per_rank_s"],
+            "wall_outside_epochs_s": outside_epochs(data)}
+
+
+def outside_epochs(data: dict) -> float:
+    """A run's wall time outside its epochs (launch, start-up, the final test, exit): the
+    start-up figure that code without ``launch_to_first_batch_s`` records too."""
+    return round(data["wall_s"] - sum(e["epoch_s"] for e in data["epochs"]), 2)
+
+
+def before_row(graph_json: str, workdir: str, args, tree: str) -> dict:
+    """The recipe on ``tree``'s trainer (an earlier commit's, run as it was): the figures
+    its epoch records already had, and the same ones measured from outside."""
+    data = run_trainer(graph_json, workdir, args, tree=tree)
+    last = data["epochs"][-1]
+    return {"epoch_s_per_1e5_seeds": round(last["train_s"] / last["train_nodes"] * 1e5, 3),
+            "rank_peak_anon_mb": data["rank_peak_anon_mb"],
+            "rank_peak_file_backed_mb": data["rank_peak_file_backed_mb"],
+            "wall_outside_epochs_s": outside_epochs(data),
+            "test_acc": round(data["summary"]["test_acc"], 4)}
 
 
 def scale_curve(args, workdir: str) -> dict:
@@ -151,6 +177,9 @@ def scale_curve(args, workdir: str) -> dict:
                                        split=CURVE_SPLIT, spec=spec)
             row = curve_row(graphs[2], workdir, args)
             row["edges"] = spec.num_edges if spec else edges
+            if args.against_commit:
+                row[args.against_commit] = before_row(
+                    graphs[2], workdir, args, commit_tree(args.against_commit, workdir))
             rows[str(edges)] = row
             print(json.dumps({name: {str(edges): row}}), file=sys.stderr, flush=True)
         big, small = (rows[str(e)] for e in sizes[-1:-3:-1]) if len(sizes) > 1 else \
@@ -184,6 +213,9 @@ def main():
     ap.add_argument("--curve-edges", default="1e6,1e7,1e8",
                     help="--scale-curve: graph sizes in edges (R-MAT: the nearest scale)")
     ap.add_argument("--graphs", default="rmat,planted", help="--scale-curve: graphs")
+    ap.add_argument("--against-commit", default=None, metavar="COMMIT",
+                    help="--scale-curve: also COMMIT's trainer on each row's graph (its tree "
+                         "git-archived under --workdir and run as it was), before beside after")
     ap.add_argument("--graph", default="planted", help=argparse.SUPPRESS)  # for graph_spec
     ap.add_argument("--edge-factor", type=int, default=16, help=argparse.SUPPRESS)
     # --quick keeps 2 epochs: the mean leaves the first one out.

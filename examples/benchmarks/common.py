@@ -18,6 +18,7 @@ from graphprep.pipeline.core.cluster import ClusterOptions
 from graphprep.pipeline.core.memory import peak_rss_bytes
 
 MB = 1 << 20
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 QUICK_HELP = ("tiny sizes that run in seconds (the test suite runs every benchmark so): the same "
               "steps and JSON keys as the default run, but the figures mean nothing")
@@ -38,6 +39,23 @@ def parse_args(ap: argparse.ArgumentParser, quick: dict) -> argparse.Namespace:
     if pre.parse_known_args()[0].quick:
         ap.set_defaults(**quick)
     return ap.parse_args()
+
+
+def commit_tree(commit: str, workdir: str) -> str:
+    """``commit``'s source tree, ``git archive``d out of this repository into
+    ``workdir/tree-COMMIT`` (once: a later call reuses it; no git state changes)."""
+    import shutil
+
+    tree = os.path.join(workdir, f"tree-{commit}")
+    if not os.path.isdir(tree):
+        os.makedirs(tree + ".partial", exist_ok=True)
+        archive = subprocess.Popen(["git", "-C", ROOT, "archive", commit], stdout=subprocess.PIPE)
+        subprocess.run(["tar", "-x", "-C", tree + ".partial"], stdin=archive.stdout, check=True)
+        archive.stdout.close()
+        if archive.wait() != 0:
+            raise SystemExit(f"git archive {commit} failed")
+        shutil.move(tree + ".partial", tree)
+    return tree
 
 
 def importable_tree(tree: str, workdir: str) -> tuple[str, str]:

@@ -60,6 +60,7 @@ RUNS = {
     "train_curve": ["--scale-curve", "--epochs", "1", "--workdir", "{work}/w"],
     "moonshot": ["--workdir", "{work}/w"],
     "pyg_loader": ["--workdir", "{work}/w"],
+    "dispatch": ["--workdir", "{work}/w"],
 }
 # runs of a script under another name: the script's second mode
 SCRIPTS = {"train_curve": "train"}
@@ -461,6 +462,19 @@ def test_bench_pyg_loader(runs):
         assert "torch-sparse" in pyg["error"] or "pyg-lib" in pyg["error"], pyg
     else:
         assert positive(pyg["batches_per_s"]) and positive(row["batches_per_s_ratio"])
+
+
+def test_bench_dispatch(runs):
+    r = runs.json("dispatch")
+    assert (r["parts"], r["method"], r["workers"]) == (2, "multilevel", 2)
+    assert set(r["rows"]) == {"10", "11"}
+    for scale, row in r["rows"].items():
+        assert row["edges"] == 16 * 2 ** int(scale)
+        now = row["now"]
+        assert positive(now["seconds"]) and positive(now["edges_per_s"])
+        assert rss_per_worker(now["worker_peak_anon_mb"]), now
+        assert len(now["worker_peak_rss_mb"]) == 2
+    assert positive(r["largest_vs_previous_anon"]["now"])
 
 
 def test_bench_model_parity(runs):

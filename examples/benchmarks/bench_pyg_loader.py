@@ -8,7 +8,8 @@ input features and labels of every sampled node) on the planted synth graph at e
 trainer's code path without the network) and PyG's ``torch_geometric.loader.NeighborLoader``
 over a ``Data`` holding the same graph (edges, features, labels) in memory, on the same seeds,
 ``--threads`` torch threads each. Reported per size: batches/s and sampled edges per batch of
-each, their ratio, PyG's set-up time (its CSC conversion) and each side's peak RSS.
+each, their ratio, PyG's set-up time (its CSC conversion) and each side's peak RSS; and where
+our batch's time goes (sampling, shaping the layers, input rows, labels: ``ms_per_batch``).
 
 PyG samples with ``pyg-lib`` or ``torch-sparse``; neither has a wheel for this torch on the
 package registry, so ``--pyg-python`` runs PyG's side in another interpreter: the venv that
@@ -79,7 +80,35 @@ def ours(graph_json: str, fanouts: list[int], batch: int, batches: int) -> dict:
         edges += sum(e.shape[1] for layer in b.layers for e in layer.edge_index_dict.values())
     took = time.perf_counter() - start
     return {"batches_per_s": round(batches / took, 2), "edges_per_batch": edges // batches,
-            "batches": batches, "seconds": round(took, 2), "peak_rss_mb": peak_rss_mb()}
+            "batches": batches, "seconds": round(took, 2), "peak_rss_mb": peak_rss_mb(),
+            "ms_per_batch": batch_split(loader, batches)}
+
+
+def batch_split(loader, batches: int) -> dict:
+    """Where one batch's time goes, on the loader's own seeds, one batch at a time in this
+    thread (no prefetch): sampling the blocks, shaping them into the model's layers (the
+    PyG-shaped ``edge_index_dict`` of every type), fetching the input rows, fetching the
+    labels; milliseconds per batch."""
+    from graphprep.trainer.data.batches import input_nodes, to_layer
+    from graphprep.trainer.data.loader import mix_seed
+
+    sampler, fetcher, graph = loader.sampler, loader.fetcher, loader.sampler.graph
+    types, edge_types = list(graph.node_types), list(graph.edge_types)
+    spent = dict.fromkeys(("sample", "layers", "input_rows", "labels"), 0.0)
+    for i, seeds in enumerate(torch.split(loader.seeds, loader.batch_size)[1:batches + 1]):
+        seeds_by_type = {loader.ntype: seeds}
+        marks = [time.perf_counter()]
+        blocks = sampler.sample_blocks(seeds_by_type, mix_seed(loader.seed, 0, loader.rank, i))
+        marks.append(time.perf_counter())
+        [to_layer(b, types, edge_types) for b in blocks]
+        marks.append(time.perf_counter())
+        fetcher.inputs(input_nodes(blocks, types), loader.feature)
+        marks.append(time.perf_counter())
+        fetcher.fetch(loader.label, seeds_by_type)
+        marks.append(time.perf_counter())
+        for name, a, b in zip(spent, marks, marks[1:]):
+            spent[name] += b - a
+    return {name: round(1000 * v / batches, 3) for name, v in spent.items()}
 
 
 def pyg(graph_json: str, fanouts: list[int], batch: int, batches: int) -> dict:

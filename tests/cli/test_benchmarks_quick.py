@@ -457,6 +457,8 @@ def test_bench_pyg_loader(runs):
     row = r["20000"]
     ours = row["graphprep"]
     assert positive(ours["batches_per_s"]) and 0 < ours["edges_per_batch"] <= 64 * (10 + 50)
+    assert set(ours["ms_per_batch"]) == {"sample", "layers", "input_rows", "labels"}
+    assert all(positive(v) for v in ours["ms_per_batch"].values()), ours
     pyg = row["pyg"]
     if "error" in pyg:           # no sampling backend in this venv: PyG's own error, named
         assert "torch-sparse" in pyg["error"] or "pyg-lib" in pyg["error"], pyg

@@ -130,6 +130,14 @@ class TrainConfig:
     cache_mb: float = _opt("Per rank: cache the input features of the halo nodes its part "
                            "references most, fetched once at start, up to this many MB (0 = "
                            "off).", 64.0, rule=NOT_NEGATIVE)
+    remote_store: str | None = _opt("Per rank: keep every remote input row fetched (features "
+                                    "and original IDs the halo cache misses) in a memory-"
+                                    "mapped file in this folder, so later epochs fetch no row "
+                                    "twice. Costs disk where rows are written, up to (nodes "
+                                    "not owned) x row bytes per rank, and a byte per such "
+                                    "node in memory; the rows sit in the page cache, not in "
+                                    "the rank's own memory. The file is unlinked at once: "
+                                    "nothing is left behind [default: off].", None, path=True)
     checkpoint_dir: str | None = _opt("Folder for the per-epoch checkpoint.pt and best.pt "
                                       "(nothing else in it is touched; the run logs where) "
                                       "[default: checkpoints/<graph name>]. A folder that is "

@@ -35,6 +35,7 @@ from graphprep.trainer.data.features import (INPUT_FEATURE, LOG_DEGREE, FeatureF
                                              HaloCache, TableRoute, add_log_degree)
 from graphprep.trainer.data.link_data import without_held_out
 from graphprep.trainer.data.loader import NodeLoader, rank_seeds
+from graphprep.trainer.data.remote_store import RemoteStore
 from graphprep.trainer.data.sparse import SparseRows
 from graphprep.trainer.models import registry
 from graphprep.trainer.models.contract import LinkModel
@@ -65,6 +66,7 @@ class Rank:
     device: torch.device
     ntype: str                 # node task: the type classified; link: the target's dst type
     cache: HaloCache | None = None
+    store: RemoteStore | None = None       # --remote-store: remote rows kept once fetched
     extra_inputs: tuple[str, ...] = ()     # node data appended to the features (degree)
     table_route: TableRoute | None = None  # learnable rows, ranks per part > 1: where they live
     embeddings: SparseEmbeddings | None = None   # --featureless embed: pulls and pushes
@@ -113,7 +115,8 @@ class Rank:
                                       edge_feat=self.cfg.edge_feat, relabeler=self.relabeler)
         fetcher = FeatureFetcher(self.part, self.server, self.transport, breakdown, self.cache,
                                  self.extra_inputs, self.table_route,
-                                 defer_embeddings=timed and self.embeddings is not None)
+                                 defer_embeddings=timed and self.embeddings is not None,
+                                 store=self.store)
         return sampler, fetcher
 
 
@@ -152,8 +155,10 @@ def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
                  {t: len(v) for t, v in cache.ids.items()}, cache.nbytes / 2**20,
                  time.perf_counter() - start)
         transport.take_counters()  # epochs count their own traffic
+    store = RemoteStore(server.part, (INPUT_FEATURE, ORIG_ID), cfg.remote_store) \
+        if cfg.remote_store and graph.num_parts > 1 else None
     rank = Rank(cfg, env, server.part, server, transport, Breakdown(), device, ntype, cache,
-                (LOG_DEGREE,) if cfg.uses_degree_input else ())
+                store, (LOG_DEGREE,) if cfg.uses_degree_input else ())
     types = featureless_types(graph) if cfg.learns_embeddings else []
     if types:
         # learnable rows live on each part's first rank: with several ranks per part, reach

@@ -11,7 +11,8 @@ and the planted graph at each of ``--curve-edges`` (10^6, 10^7, 10^8): per row l
 batch, epoch time per 10^5 seeds, sampled edges and RPC bytes per seed, halo-cache hit rate,
 each rank's peak anonymous memory (sampled from outside; memory-mapped part pages counted
 apart), test accuracy beside the majority-class rate; and the largest size against the one
-before it. With ``--against-commit C``, each row also runs C's trainer on the same graph
+before it. ``--remote-store``: the trainer keeps remote rows on disk once fetched. With
+``--against-commit C``, each row also runs C's trainer on the same graph
 (before beside after: time per seed, anonymous memory per rank, wall time outside the epochs).
 ``--quick``: 2*10^4 edges (scale curve: 2*10^4 and 4*10^4), 2 epochs, fanouts 5,5, batches of
 64 (seconds; for the test suite).
@@ -125,13 +126,15 @@ def per_seed(first: dict, last: dict) -> dict:
             "sampled_edges_per_seed": round(last["sampled_edges"] / seeds, 2),
             "rpc_bytes_per_seed": round(last["train_rpc_bytes"] / seeds),
             "halo_cache_hit_rate": round(last["halo_cache_hits"] / max(last["halo_rows"], 1),
-                                         4)}
+                                         4),
+            "remote_store_hits": last.get("halo_store_hits", 0)}
 
 
 def curve_row(graph_json: str, workdir: str, args) -> dict:
     """One scale-curve row: 2 parts / 2 ranks with the run's recipe; figures of the last
     epoch (the first warms caches up when there are two)."""
-    data = run_trainer(graph_json, workdir, args)
+    extra = ("--remote-store", os.path.join(workdir, "store")) if args.remote_store else ()
+    data = run_trainer(graph_json, workdir, args, *extra)
     return {**per_seed(data["epochs"][0], data["epochs"][-1]),
             "rank_peak_anon_mb": data["rank_peak_anon_mb"],
             "rank_peak_file_backed_mb": data["rank_peak_file_backed_mb"],
@@ -164,7 +167,8 @@ def scale_curve(args, workdir: str) -> dict:
     size against the one before it (the issue's targets: time and RPC bytes per seed <= 1.25x,
     anonymous memory per rank <= 1.5x and <= 2 GB, launch -> first batch <= 60 s)."""
     res = {"fanouts": args.fanouts, "batch_size": args.batch_size, "epochs": args.epochs,
-           "split": CURVE_SPLIT, "parts": 2, "cores": os.cpu_count()}
+           "split": CURVE_SPLIT, "parts": 2, "cores": os.cpu_count(),
+           "remote_store": args.remote_store}
     sizes = [int(float(e)) for e in args.curve_edges.split(",")]
     for name in args.graphs.split(","):
         rows = {}
@@ -213,6 +217,9 @@ def main():
     ap.add_argument("--curve-edges", default="1e6,1e7,1e8",
                     help="--scale-curve: graph sizes in edges (R-MAT: the nearest scale)")
     ap.add_argument("--graphs", default="rmat,planted", help="--scale-curve: graphs")
+    ap.add_argument("--remote-store", action="store_true",
+                    help="--scale-curve: the trainer keeps remote rows on disk once fetched "
+                         "(--remote-store W/store)")
     ap.add_argument("--against-commit", default=None, metavar="COMMIT",
                     help="--scale-curve: also COMMIT's trainer on each row's graph (its tree "
                          "git-archived under --workdir and run as it was), before beside after")

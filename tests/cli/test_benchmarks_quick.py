@@ -57,7 +57,7 @@ RUNS = {
     "read_checks": ["--workdir", "{work}/w"],
     "synth_rmat": [],
     "model_parity": ["--workdir", "{work}/w"],
-    "train_curve": ["--scale-curve", "--epochs", "1", "--workdir", "{work}/w"],
+    "train_curve": ["--scale-curve", "--epochs", "1", "--remote-store", "--workdir", "{work}/w"],
     "moonshot": ["--workdir", "{work}/w"],
     "pyg_loader": ["--workdir", "{work}/w"],
     "dispatch": ["--workdir", "{work}/w"],
@@ -414,7 +414,7 @@ def test_bench_train(runs):
 
 def test_bench_train_curve(runs):
     r = runs.json("train_curve")
-    assert (r["fanouts"], r["batch_size"], r["parts"]) == ("5,5", 64, 2)
+    assert (r["fanouts"], r["batch_size"], r["parts"], r["remote_store"]) == ("5,5", 64, 2, True)
     for graph in ("rmat", "planted"):
         rows = r[graph]["rows"]
         assert set(rows) == {"20000", "40000"}, rows
@@ -425,6 +425,7 @@ def test_bench_train_curve(runs):
             assert 0 < row["sampled_edges_per_seed"] <= 30, row
             assert positive(row["rpc_bytes_per_seed"]), row     # random 2 parts: remote rows
             assert fraction(row["halo_cache_hit_rate"]) and row["halo_cache_hit_rate"] > 0
+            assert isinstance(row["remote_store_hits"], int) and row["remote_store_hits"] >= 0
             assert rss_per_worker(row["rank_peak_anon_mb"]), row
             assert fraction(row["test_acc"]) and fraction(row["majority_class_rate"])
             assert row["majority_class_rate"] > 0

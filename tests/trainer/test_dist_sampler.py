@@ -206,6 +206,52 @@ def test_halo_cache_serves_the_same_rows_with_less_traffic(cora):
     assert bytes_plain - bytes_cached == rows * 1433 * 4      # every cached row a hit
 
 
+@pytest.mark.parametrize("with_cache", [False, True])
+def test_remote_store_serves_fetched_rows_without_asking_again(cora, tmp_path, with_cache):
+    """--remote-store: a remote row asked once is served from the store after (the same
+    bytes as the owner's, with no request for it), owned rows still come from the part, the
+    halo cache's rows stay the cache's, and the store's files are gone from the folder."""
+    from graphprep.trainer.data.remote_store import RemoteStore
+    from graphprep.trainer.sampling.partition import ORIG_ID
+    from graphprep.trainer.sampling.timing import Breakdown
+
+    cluster = Cluster(cora[3])
+    feat = node_data_of(cora["chunked"], name="feat")
+    part = cluster.parts[0]
+    plain = FeatureFetcher(part, cluster.servers[0], cluster.transport)
+    cache = HaloCache.build(plain, ("feat", ORIG_ID), 30 * (1433 * 4 + 8)) if with_cache \
+        else None
+    store = RemoteStore(part, ("feat", ORIG_ID), str(tmp_path / "store"))
+    assert not list((tmp_path / "store").iterdir())        # unlinked: nothing left behind
+    breakdown = Breakdown()
+    fetcher = FeatureFetcher(part, cluster.servers[0], cluster.transport, breakdown, cache,
+                             store=store)
+    rng = torch.Generator().manual_seed(1)
+    first = torch.randperm(2708, generator=rng)[:600]
+    second = torch.cat([first[:300], torch.randperm(2708, generator=rng)[:300]]).unique()
+    cluster.transport.take_counters()
+    for ids in (first, second, first):
+        got = fetcher.fetch_many({"feat": {"_N": ids}, ORIG_ID: {"_N": ids}})
+        orig = cluster.orig["_N"][ids]
+        assert torch.equal(got[ORIG_ID]["_N"], orig)
+        assert np.array_equal(got["feat"]["_N"].numpy(), feat[orig.numpy()])
+    s0, s1 = cluster.parts[0].graph.node_map["_N"][0]
+    remote = lambda ids: ids[(ids < s0) | (ids >= s1)]  # noqa: E731
+    in_cache = (lambda ids: torch.isin(ids, cache.ids["_N"])) if cache else \
+        (lambda ids: torch.zeros(len(ids), dtype=torch.bool))
+    asked_once = torch.cat([first, second]).unique()
+    fetched = remote(asked_once)[~in_cache(remote(asked_once))]
+    # every remote row not cached crossed the wire once, with its original ID
+    row_bytes = 1433 * 4 + 8
+    traffic = cluster.transport.take_counters()["rpc_bytes_received"]
+    assert len(fetched) * row_bytes <= traffic < len(fetched) * row_bytes * 1.2, traffic
+    counts = breakdown.take_counts()
+    served_again = torch.isin(remote(second), remote(first)) & ~in_cache(remote(second))
+    assert counts["halo_store_hits"] == int(served_again.sum()) + len(
+        remote(first)[~in_cache(remote(first))])
+    assert store.filled["_N"].sum() == len(fetched)
+
+
 def test_a_ranks_samplers_share_one_relabeler(cora):
     """The stamp arrays (4 B per node of the graph) are held once per rank, not once per
     loader: every sampler of a rank relabels with the same one, and samples as before."""

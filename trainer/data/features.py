@@ -2,7 +2,8 @@
 memory-mapped part, remote rows by one request per owner part (all node types together).
 
 Callers pass unique IDs (a block's source nodes are), so nothing is fetched twice. An optional
-:class:`HaloCache` keeps the rows of the most referenced halo nodes, fetched once at start.
+:class:`HaloCache` keeps the rows of the most referenced halo nodes, fetched once at start; an
+optional :class:`RemoteStore` keeps every other remote row of those arrays on disk once fetched.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from graphprep.trainer.sampling.partition import LocalPart, PartitionBook, is_sp
 from graphprep.trainer.sampling.service import PartServer, Transport, take_rows
 from graphprep.trainer.models.spec import CONSTANT_INPUT, data_width
 from graphprep.trainer.sampling.timing import Breakdown
+from graphprep.trainer.data.remote_store import RemoteStore
 from graphprep.trainer.data.sparse import SparseRows, is_sparse
 
 
@@ -170,8 +172,9 @@ class TableRoute:
 
 class FeatureFetcher:
     """Gathers rows of node data arrays by new ID across parts, several arrays in one request
-    per owner part. Holds the partition book and the optional :class:`HaloCache`; each call
-    holds the requested rows.
+    per owner part. Holds the partition book, the optional :class:`HaloCache`, and the optional
+    :class:`RemoteStore` (remote rows of the cached arrays kept on disk once fetched); each
+    call holds the requested rows.
 
     A model's input for a node type is its ``feat`` rows, else (a type without features) its
     learnable embedding rows where the part registered them (:data:`EMBEDDING`), else a
@@ -186,7 +189,7 @@ class FeatureFetcher:
     def __init__(self, part: LocalPart, server: PartServer, transport: Transport,
                  breakdown: Breakdown | None = None, cache: HaloCache | None = None,
                  extra_inputs: tuple[str, ...] = (), table_route: TableRoute | None = None,
-                 defer_embeddings: bool = False):
+                 defer_embeddings: bool = False, store: RemoteStore | None = None):
         self.part, self.p, self.num_parts = part, part.p, part.graph.num_parts
         self.extra_inputs = extra_inputs
         self.table_route, self.defer_embeddings = table_route, defer_embeddings
@@ -194,7 +197,7 @@ class FeatureFetcher:
         self.server, self.transport = server, transport
         self.book = PartitionBook(part.graph)
         self.breakdown = breakdown or Breakdown()
-        self.cache = cache
+        self.cache, self.store = cache, store
 
     def dim(self, ntype: str, name: str) -> int:
         """Row width of ``name`` for ``ntype`` (1 for a type without it: a constant)."""
@@ -249,14 +252,15 @@ class FeatureFetcher:
             groups: dict[tuple, list[str]] = {}
             for name, nodes in asks.items():
                 cached = self.cache is not None and name in self.cache.names
+                stored = self.store is not None and name in self.store.names
                 table = self.table_route is not None and name == EMBEDDING
                 same = tuple((t, id(ids)) for t, ids in nodes.items())
-                groups.setdefault((same, cached, table), []).append(name)
+                groups.setdefault((same, cached, stored, table), []).append(name)
             # (owner part, whose rows) -> [(names, {type: ids})]: learnable rows may live on
             # another rank of the part
             requests: dict[tuple[int, bool], list] = {}
-            plans = []
-            for (_, cached, table), names in groups.items():
+            plans, fills = [], []   # fills: rows asked now that the store keeps once here
+            for (_, cached, stored, table), names in groups.items():
                 todo = {}
                 for t, ids in asks[names[0]].items():
                     ids = ids.cpu()
@@ -269,6 +273,9 @@ class FeatureFetcher:
                                 out[name][t].put(where, take_rows(self.cache.rows[name][t],
                                                                   pos))
                         missing = torch.nonzero(~hit).flatten()
+                    if stored and self.store.holds(names, t):
+                        missing = self._from_store(names, t, ids, missing, out)
+                        fills.append((names, t, ids[missing], missing))
                     todo[t] = (ids[missing], missing)
                 owners = split_by_owner(self.book, {t: ids for t, (ids, _) in todo.items()},
                                         self.num_parts)
@@ -293,8 +300,22 @@ class FeatureFetcher:
                 for name in names:
                     for t, rows in answers[key][i][name].items():
                         out[name][t].put(where[t], rows)
+            for names, t, ids, where in fills:
+                if len(ids):
+                    self.store.put(t, ids, {n: out[n][t].out[where] for n in names})
             return {name: {t: sink.result() for t, sink in by_type.items()}
                     for name, by_type in out.items()}
+
+    def _from_store(self, names: list[str], t: str, ids: torch.Tensor, missing: torch.Tensor,
+                    out: dict) -> torch.Tensor:
+        """Put the rows of ``ids[missing]`` the store holds into ``out``; the rest of
+        ``missing``, still to ask for."""
+        have, slot = self.store.lookup(t, ids[missing])
+        if len(slot):
+            for name in names:
+                out[name][t].put(missing[have], self.store.take(name, t, slot))
+            self.breakdown.count("halo_store_hits", len(slot))
+        return missing[~have]
 
     def _count_halo(self, asked: dict[str, torch.Tensor],
                     owners: list[dict[str, torch.Tensor]]) -> None:

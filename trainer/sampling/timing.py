@@ -13,8 +13,9 @@ PHASES = ("sample_local", "sample_remote", "feature_fetch", "wait_batch", "forwa
 
 # what training batches did, counted (summed over ranks in the epoch's record): the seeds and
 # the edges the sampler returned, and of the input rows that live on other parts (halo rows),
-# how many the halo cache served
-COUNTS = ("seeds_sampled", "sampled_edges", "halo_rows", "halo_cache_hits")
+# how many were served here without a request (halo_cache_hits: by the halo cache or the
+# remote store), and of those how many by the remote store (--remote-store)
+COUNTS = ("seeds_sampled", "sampled_edges", "halo_rows", "halo_cache_hits", "halo_store_hits")
 
 
 class Breakdown:

@@ -83,6 +83,26 @@ def test_cora_two_parts_two_ranks_beats_075_and_reproduces(cora, tmp_path):
     assert [e["loss"] for e in m2["epochs"]] == [e["loss"] for e in m1["epochs"]]
 
 
+def test_remote_store_trains_the_same_with_less_traffic(cora, tmp_path):
+    """--remote-store changes where remote rows come from, not what they are: on 3 random
+    parts with the halo cache off, the same losses and accuracies epoch by epoch as without
+    it, while from the second epoch on the store serves rows and each epoch's training RPC
+    bytes fall below the run without it; the store folder is left empty."""
+    args = ("--fanouts", "5,5", "--batch-size", 32, "--epochs", 3, "--lr", 0.01,
+            "--cache-mb", 0)
+    plain, m_plain, _ = train(cora[3], tmp_path, *args, name="plain")
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    kept, m_kept, _ = train(cora[3], tmp_path, *args, "--remote-store", tmp_path / "store",
+                            name="kept")
+    assert kept.returncode == 0, kept.stderr[-3000:]
+    for key in ("loss", "val_acc", "test_acc"):
+        assert [e[key] for e in m_kept["epochs"]] == [e[key] for e in m_plain["epochs"]], key
+    for e_plain, e_kept in list(zip(m_plain["epochs"], m_kept["epochs"]))[1:]:
+        assert e_plain["halo_store_hits"] == 0 < e_kept["halo_store_hits"]
+        assert e_kept["train_rpc_bytes"] < e_plain["train_rpc_bytes"]
+    assert not list((tmp_path / "store").iterdir())
+
+
 def test_resume_continues_exactly(cora, tmp_path):
     args = ("--fanouts", "5,5", "--batch-size", 16, "--lr", 0.01)
     full, whole, _ = train(cora[2], tmp_path, *args, "--epochs", 4, name="whole")

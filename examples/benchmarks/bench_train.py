@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -39,7 +40,7 @@ def run_trainer(graph_json: str, workdir: str, args, *extra: str, tree: str | No
     """``python -m graphprep.trainer`` on ``graph_json`` with the run's recipe: its metrics
     JSON, and the peak anonymous and file-backed memory of each rank (sampled from outside,
     MB, sorted). ``tree``: run that source tree's trainer instead (another commit's)."""
-    name = os.path.basename(os.path.dirname(graph_json)) + "".join(extra).replace("-", "")
+    name = os.path.basename(os.path.dirname(graph_json)) + re.sub(r"\W|_", "", "".join(extra))
     env = None
     if tree:
         root, _ = importable_tree(tree, workdir)

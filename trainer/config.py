@@ -138,6 +138,10 @@ class TrainConfig:
                                     "node in memory; the rows sit in the page cache, not in "
                                     "the rank's own memory. The file is unlinked at once: "
                                     "nothing is left behind [default: off].", None, path=True)
+    remote_store_fill: bool = _opt("With --remote-store: fetch every halo node's rows into the "
+                                   "store at start-up (a block of rows per request), so "
+                                   "training asks no owner for a halo row at all; start-up "
+                                   "grows with the halo.", False, flag=True)
     checkpoint_dir: str | None = _opt("Folder for the per-epoch checkpoint.pt and best.pt "
                                       "(nothing else in it is touched; the run logs where) "
                                       "[default: checkpoints/<graph name>]. A folder that is "

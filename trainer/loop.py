@@ -157,6 +157,14 @@ def join(cfg: TrainConfig, env: rendezvous.RankEnv) -> Rank:
         transport.take_counters()  # epochs count their own traffic
     store = RemoteStore(server.part, (INPUT_FEATURE, ORIG_ID), cfg.remote_store) \
         if cfg.remote_store and graph.num_parts > 1 else None
+    if store is not None and cfg.remote_store_fill:
+        where.at("the remote store fill")
+        start = time.perf_counter()
+        rows = store.fill(FeatureFetcher(server.part, server, transport, cache=cache,
+                                         store=store))
+        log.info("remote store: %d halo rows fetched in %.2f s", rows,
+                 time.perf_counter() - start)
+        transport.take_counters()  # epochs count their own traffic
     rank = Rank(cfg, env, server.part, server, transport, Breakdown(), device, ntype, cache,
                 store, (LOG_DEGREE,) if cfg.uses_degree_input else ())
     types = featureless_types(graph) if cfg.learns_embeddings else []

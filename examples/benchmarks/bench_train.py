@@ -135,6 +135,7 @@ def curve_row(graph_json: str, workdir: str, args) -> dict:
     """One scale-curve row: 2 parts / 2 ranks with the run's recipe; figures of the last
     epoch (the first warms caches up when there are two)."""
     extra = ("--remote-store", os.path.join(workdir, "store")) if args.remote_store else ()
+    extra += ("--remote-store-fill",) if args.remote_store_fill else ()
     data = run_trainer(graph_json, workdir, args, *extra)
     return {**per_seed(data["epochs"][0], data["epochs"][-1]),
             "rank_peak_anon_mb": data["rank_peak_anon_mb"],
@@ -169,7 +170,7 @@ def scale_curve(args, workdir: str) -> dict:
     anonymous memory per rank <= 1.5x and <= 2 GB, launch -> first batch <= 60 s)."""
     res = {"fanouts": args.fanouts, "batch_size": args.batch_size, "epochs": args.epochs,
            "split": CURVE_SPLIT, "parts": 2, "cores": os.cpu_count(),
-           "remote_store": args.remote_store}
+           "remote_store": args.remote_store, "remote_store_fill": args.remote_store_fill}
     sizes = [int(float(e)) for e in args.curve_edges.split(",")]
     for name in args.graphs.split(","):
         rows = {}
@@ -221,6 +222,9 @@ def main():
     ap.add_argument("--remote-store", action="store_true",
                     help="--scale-curve: the trainer keeps remote rows on disk once fetched "
                          "(--remote-store W/store)")
+    ap.add_argument("--remote-store-fill", action="store_true",
+                    help="--scale-curve, with --remote-store: the store filled with every halo "
+                         "row at start-up (--remote-store-fill)")
     ap.add_argument("--against-commit", default=None, metavar="COMMIT",
                     help="--scale-curve: also COMMIT's trainer on each row's graph (its tree "
                          "git-archived under --workdir and run as it was), before beside after")

@@ -252,6 +252,27 @@ def test_remote_store_serves_fetched_rows_without_asking_again(cora, tmp_path, w
     assert store.filled["_N"].sum() == len(fetched)
 
 
+def test_remote_store_fill_takes_every_halo_row_ahead(cora, tmp_path):
+    """--remote-store-fill: after the fill, the rows of every halo node come from the store
+    (the owners' bytes, no request), in blocks of any size."""
+    from graphprep.trainer.data.remote_store import RemoteStore
+    from graphprep.trainer.sampling.partition import ORIG_ID
+
+    cluster = Cluster(cora[3])
+    feat = node_data_of(cora["chunked"], name="feat")
+    part = cluster.parts[1]
+    store = RemoteStore(part, ("feat", ORIG_ID), str(tmp_path / "store"))
+    fetcher = FeatureFetcher(part, cluster.servers[1], cluster.transport, store=store)
+    halo = part.halo_ids["_N"]
+    assert store.fill(fetcher, block=97) == len(halo) > 97
+    assert int(store.filled["_N"].sum()) == len(halo)
+    cluster.transport.take_counters()
+    got = fetcher.fetch_many({"feat": {"_N": halo}, ORIG_ID: {"_N": halo}})
+    assert cluster.transport.take_counters()["rpc_requests"] == 0
+    assert torch.equal(got[ORIG_ID]["_N"], cluster.orig["_N"][halo])
+    assert np.array_equal(got["feat"]["_N"].numpy(), feat[cluster.orig["_N"][halo].numpy()])
+
+
 def test_a_ranks_samplers_share_one_relabeler(cora):
     """The stamp arrays (4 B per node of the graph) are held once per rank, not once per
     loader: every sampler of a rank relabels with the same one, and samples as before."""

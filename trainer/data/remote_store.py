@@ -81,3 +81,21 @@ class RemoteStore:
         for name, block in rows.items():
             self.files[(name, ntype)][slot] = block[remote]
         self.filled[ntype][slot] = True
+
+    def fill(self, fetcher, block: int = 1 << 14) -> int:
+        """Fetch the rows of every halo node of the part (those its edges reference) into the
+        store through ``fetcher`` (a :class:`FeatureFetcher` holding this store), ``block``
+        nodes per request; returns how many rows it asked for. Holds one block's rows."""
+        asked = 0
+        for t in fetcher.part.graph.node_types:
+            names = [n for n in self.names if (n, t) in self.files]
+            halo = fetcher.part.halo_ids.get(t)
+            if not names or halo is None:
+                continue
+            halo = halo.cpu()
+            for lo in range(0, len(halo), block):
+                ids = halo[lo:lo + block]
+                fetcher.fetch_many({n: {t: ids} for n in names})
+                asked += len(ids)
+        return asked
+

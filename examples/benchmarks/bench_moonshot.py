@@ -80,9 +80,12 @@ def train(workdir: str, args) -> dict:
     graph_json = os.path.join(workdir, "parts", "graph.json")
     recipe = argparse.Namespace(epochs=1, fanouts=args.fanouts, batch_size=args.batch_size,
                                 device="cpu", placement="cpu", threads=0)
-    data = run_trainer(graph_json, workdir, recipe, "--hidden", str(args.hidden))
+    store = (("--remote-store", os.path.join(workdir, "store"), "--remote-store-fill")
+             if args.remote_store_fill else ())
+    data = run_trainer(graph_json, workdir, recipe, "--hidden", str(args.hidden), *store)
     epoch = data["epochs"][0]
     res = {"hidden": args.hidden, "fanouts": args.fanouts, "batch_size": args.batch_size,
+           "remote_store_fill": args.remote_store_fill,
            "train_wall_s": data["wall_s"], **per_seed(epoch, epoch),
            "epoch_train_s": round(epoch["train_s"], 1), "epoch_s": round(epoch["epoch_s"], 1),
            "test_acc": round(data["summary"]["test_acc"], 4),
@@ -93,6 +96,8 @@ def train(workdir: str, args) -> dict:
            "train_rank_peak_file_backed_mb": data["rank_peak_file_backed_mb"],
            "time_per_rank_s": epoch["time_per_rank_s"]}
     print(json.dumps({"train": res}), file=sys.stderr, flush=True)
+    if args.no_embed:
+        return res
     out = os.path.join(workdir, "embeddings")
     ran = run_ranks([sys.executable, "-m", "graphprep.trainer", "embed", "--graph", graph_json,
                      "--checkpoint", data["checkpoint_dir"], "--out", out, "--overwrite",
@@ -143,6 +148,11 @@ def main():
     ap.add_argument("--hidden", type=int, default=32,
                     help="the model's hidden width (trainer embed writes a part's hidden "
                          "layer, nodes x width float32, to disk: 8.6 GB at scale 26)")
+    ap.add_argument("--remote-store-fill", action="store_true",
+                    help="train with --remote-store WORKDIR/store --remote-store-fill: every "
+                         "halo row fetched into a memory-mapped store at start-up")
+    ap.add_argument("--no-embed", action="store_true",
+                    help="--phase train: stop after the epoch and its checkpoint")
     args = parse_args(ap, {"scale": 12})
     workdir = args.workdir or tempfile.mkdtemp(prefix="moonshot-", dir=os.getcwd())
     os.makedirs(workdir, exist_ok=True)

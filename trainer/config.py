@@ -200,6 +200,9 @@ class TrainConfig:
         if self.eval_fanouts is not None and len(self.eval_fanouts) != len(self.fanouts):
             raise ValueError(f"--eval-fanouts has {len(self.eval_fanouts)} hops, --fanouts "
                              f"{len(self.fanouts)}: the model has one layer per hop")
+        if self.remote_store_fill and not self.remote_store:
+            raise ValueError("--remote-store-fill fills the store of --remote-store DIR; "
+                             "give --remote-store too")
 
 
 def target_type(graph, wanted: str | None) -> str:

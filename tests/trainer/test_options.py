@@ -65,10 +65,12 @@ def test_the_config_refuses_what_click_would():
                       ({"placement": "disk"}, "--placement must be one of"),
                       ({"rpc_timeout": math.inf}, "--rpc-timeout inf: must be positive"),
                       ({"fanouts": []}, "--fanouts: give at least one hop"),
-                      ({"eval_fanouts": [5]}, "--eval-fanouts has 1 hops")]:
+                      ({"eval_fanouts": [5]}, "--eval-fanouts has 1 hops"),
+                      ({"remote_store_fill": True}, "--remote-store-fill fills the store of")]:
         with pytest.raises(ValueError, match=says):
             TrainConfig(graph="g", **bad).check_values()
     TrainConfig(graph="g").check_values()
+    TrainConfig(graph="g", remote_store="s", remote_store_fill=True).check_values()
 
 
 def test_embed_shares_the_declarations_of_the_options_it_has_in_common():

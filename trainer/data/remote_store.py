@@ -98,4 +98,3 @@ class RemoteStore:
                 fetcher.fetch_many({n: {t: ids} for n in names})
                 asked += len(ids)
         return asked
-

@@ -88,6 +88,8 @@ def start(env: RankEnv, device: torch.device, timeout_s: float) -> None:
     (``graphprep.trainer.runtime.health``): a wait that times out can then name the ranks that went silent."""
     timeout = timedelta(seconds=timeout_s)
     store = _store(env, timeout)
+    _job[:] = [_JobStore(store, env.rank, env.world_size,
+                         serves=env.rank == 0 and not env.agent_store, timeout=timeout)]
     health.publish(store, env.rank, health.me(talk_address(env.master_addr)))
     backend = backend_for(device)
     if device.type == "cuda":
@@ -160,11 +162,43 @@ def _rpc_rendezvous(url: str, **kwargs):
 register_rendezvous_handler(RPC_SCHEME, _rpc_rendezvous)
 
 
+@dataclass(frozen=True)
+class _JobStore:
+    """This rank's client of the job's store, and whether this rank's process serves it."""
+
+    store: dist.Store
+    rank: int
+    world_size: int
+    serves: bool
+    timeout: timedelta
+
+    def leave(self) -> None:
+        """Say this rank is done with the store; the rank serving it then waits until every
+        rank has said so. RPC's graceful shutdown ends in store reads (its last call-count
+        round) that a quick rank finishes before a slow one: were the serving rank to exit
+        then, the slow rank's read would fail with "Connection reset by peer" after a
+        successful run."""
+        if self.store.add("left", 1) == self.world_size:
+            self.store.set("all-left", "1")
+        if not self.serves:
+            return
+        try:
+            self.store.wait(["all-left"], self.timeout)
+        except RuntimeError as err:  # DistStoreError: a rank died after its work was done
+            log.warning("rank %d: not every rank left the job's store (%s); ending anyway",
+                        self.rank, err)
+
+
+_job: list[_JobStore] = []
+
+
 def stop() -> None:
     """Clean shutdown: wait until every rank is done with requests, then leave RPC, then the
     process group. The heartbeat stops once every rank is past RPC shutdown (none waits for
-    another after it)."""
+    another after it). The rank serving the job's store ends last (:meth:`_JobStore.leave`)."""
     health.where.at("the RPC shutdown")
     rpc.shutdown(graceful=True)
     health.stop_heartbeat()
     dist.destroy_process_group()
+    while _job:
+        _job.pop().leave()

@@ -23,6 +23,7 @@ from graphprep.formats import EdgeType
 from graphprep.formats.integrity import (PART_JSON, FileRecord, PartStamp, part_manifest,
                                write_part_json)
 from graphprep.formats.npyio import NpyWriter, npy_shape, read_rows
+from graphprep.formats.partitioned import HELD_OUT_MASKS, MESSAGE_END, has_split_masks
 from graphprep.formats.sparse import CSR, csr_paths
 from graphprep.dispatch.halo import BitRank, find_halo
 from graphprep.dispatch.plan import DispatchPlan, atomic_folder
@@ -47,6 +48,7 @@ class BuiltPart:
     manifest: dict[str, FileRecord] = field(default_factory=dict)
     label_max: dict[str, int] = field(default_factory=dict)
     reused: bool = False
+    held_out_last: tuple[str, ...] = ()   # types with MESSAGE_END (a reused older part: none)
 
 
 def build_part(task: PartTask) -> BuiltPart:
@@ -72,9 +74,11 @@ def build_part(task: PartTask) -> BuiltPart:
               for et in g.edge_types}
     labels = {t: os.path.join(task.target, "node_feats", t, "label.npy") for t in g.node_types
               if "label" in g.node_data.get(t, {})}
+    held_out_last = tuple(str(et) for et in g.edge_types if os.path.exists(
+        os.path.join(task.target, "edges", et.dirname, MESSAGE_END)))
     return BuiltPart(counts, part_manifest(task.target),
                      {t: m for t, path in labels.items() if (m := _label_max(path)) is not None},
-                     reused)
+                     reused, held_out_last)
 
 
 def _write_halo_ids(path: str, halo: BitRank) -> None:
@@ -179,8 +183,11 @@ def _local_sources(src: np.ndarray, s0: int, s1: int, halo: BitRank,
 def _write_csc(plan: DispatchPlan, et: EdgeType, p: int, node_map, halo: BitRank,
                out: str) -> int:
     """Write part ``p``'s CSC of ``et`` (indptr, local source indices, original edge IDs,
-    edge data) one destination sub-range at a time. Holds about 48 bytes per edge of the
-    sub-range (its rows, their order, one sorted column at a time), not the part's edges."""
+    edge data) one destination sub-range at a time. Within a destination, edges keep their
+    edge ID order; for a type with a link split, its held-out (validation, test) edges come
+    last, from ``message_end.npy`` on, so that training serves each destination's head
+    without copying the CSC. Holds about 57 bytes per edge of the sub-range (its rows, their
+    order and sort key, one sorted column at a time), not the part's edges."""
     d0, d1 = node_map[et.dst][p]
     s0, s1 = node_map[et.src][p]
     buckets = [plan.edge_bucket(et, k) for k in range(len(plan.graph.edge_chunks[et]))]
@@ -195,14 +202,27 @@ def _write_csc(plan: DispatchPlan, et: EdgeType, p: int, node_map, halo: BitRank
         shape, fdtype = npy_shape(os.path.join(buckets[0], f"p{p:05d}.{name}.npy"))
         feats[name] = (NpyWriter(os.path.join(out, "edge_feats", et.dirname, f"{name}.npy"),
                                  (m, *shape[1:]), fdtype), shape[1:], fdtype)
+    message_end = NpyWriter(os.path.join(base, MESSAGE_END), (d1 - d0,), np.int64) \
+        if has_split_masks(feats) else None
     indptr.write(np.zeros(1, np.int64))
     pos, sub_start = 0, d0
     for files, slices in _sub_range_slices(plan, et, p):
         sub_end = min(sub_start + plan.range_size, d1)
         rows = _gather_rows(files, slices)          # [m, 3]: new dst, new src, edge ID
-        order = np.argsort(rows[:, 0], kind="stable")  # ties keep chunk (= edge ID) order
-        counts = np.bincount(rows[order, 0] - sub_start, minlength=sub_end - sub_start)
-        indptr.write(pos + np.cumsum(counts))
+        dst = rows[:, 0] - sub_start
+        if message_end is None:
+            order = np.argsort(dst, kind="stable")  # ties keep chunk (= edge ID) order
+        else:
+            held = _held_out(files, slices, feats)
+            order = np.argsort(dst * 2 + held, kind="stable")   # held-out edges last
+            kept = np.bincount(dst[~held], minlength=sub_end - sub_start)
+            del held
+        counts = np.bincount(dst, minlength=sub_end - sub_start)
+        ends = pos + np.cumsum(counts)
+        indptr.write(ends)
+        if message_end is not None:
+            message_end.write(ends - counts + kept)
+        del dst
         orig_ids.write(rows[order, 2])
         src = rows[order, 1]
         del rows                                    # the sub-range's 24 B per edge
@@ -213,6 +233,17 @@ def _write_csc(plan: DispatchPlan, et: EdgeType, p: int, node_map, halo: BitRank
         pos += len(order)
         sub_start = sub_end
         del order
-    for writer in (indptr, indices, orig_ids, *(w for w, _, _ in feats.values())):
+    for writer in (indptr, indices, orig_ids, *(w for w, _, _ in feats.values()),
+                   *([message_end] if message_end is not None else [])):
         writer.close()
     return m
+
+
+def _held_out(files: list[str], slices: list[slice], feats: dict) -> np.ndarray:
+    """Whether each edge of a sub-range (file order) is in the validation or test split."""
+    held = None
+    for name in HELD_OUT_MASKS:
+        _, row_shape, fdtype = feats[name]
+        mask = _gather_rows(files, slices, name, row_shape, fdtype).astype(bool)
+        held = mask if held is None else held | mask
+    return held

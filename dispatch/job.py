@@ -214,6 +214,8 @@ def _dispatch_into(plan: DispatchPlan, local: str, run: TaskRunner, out: str, in
         edge_map=edge_map, node_feats=_feat_specs(local, parts[0].path, graph.node_data, "node"),
         edge_feats=_feat_specs(local, parts[0].path, graph.edge_data, "edge"),
         parts=tuple(parts), source=inputs, dispatch_id=did, num_classes=num_classes,
+        held_out_last=tuple(et for et in graph.edge_types
+                            if all(str(et) in b.held_out_last for b in built)),
         **carry_keys(graph, local))
 
 

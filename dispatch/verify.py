@@ -32,7 +32,8 @@ import numpy as np
 from graphprep.formats import ChunkedGraph, EdgeType, FormatError, load_chunked_graph
 from graphprep.formats.npyio import npy_header_of, read_rows
 from graphprep.formats.output import is_disk_full, write_array_chunk
-from graphprep.formats.partitioned import PartitionedGraph, load_partitioned
+from graphprep.formats.partitioned import (HELD_OUT_MASKS, MESSAGE_END, PartitionedGraph,
+                                           load_partitioned)
 from graphprep.formats.sparse import CSR, concat_rows, csr_paths, is_csr, load_csr
 from graphprep.formats.validate import read_checked_edges
 from graphprep.pipeline.core.arrayops import unique_ints
@@ -202,6 +203,9 @@ def _edge_headers(plan: VerifyPlan, p: int, et: EdgeType) -> None:
             f"rows: node_map [{d0}, {d1}) of {et.dst} + 1")
     _expect(p, pg.part_path(p, *base, "indices.npy"), e1 - e0, ("int32", "int64"), (), rows)
     _expect(p, pg.part_path(p, *base, "orig_ids.npy"), e1 - e0, ("int64",), (), rows)
+    if et in pg.held_out_last:
+        _expect(p, pg.part_path(p, *base, MESSAGE_END), d1 - d0, ("int64",), (),
+                f"rows: node_map [{d0}, {d1}) of {et.dst}; held_out_last")
     for name, spec in pg.edge_feats.get(et, {}).items():
         _expect(p, pg.part_path(p, "edge_feats", et.dirname, f"{name}.npy"), e1 - e0,
                 (spec["dtype"],), tuple(spec["shape"]), f"{rows}; edge_feats")
@@ -306,6 +310,10 @@ def _check_edges(plan: VerifyPlan, et: EdgeType, p: int, orig, halo, referenced,
             i = int(np.flatnonzero((eids < 0) | (eids >= g.num_edges[et]))[0])
             return _fail(p, "edge", et, int(eids[i]), f"orig_ids row {lo + i} is outside "
                                                       f"[0, {g.num_edges[et]})")
+        if et in pg.held_out_last:
+            problem = _check_held_out_last(plan, et, p, indptr, a, b, eids)
+            if problem:
+                return problem
         dst_orig = np.repeat(orig[et.dst][a:b], np.diff(indptr[a:b + 1]))
         is_halo = indices >= owned
         src_orig = np.empty(len(indices), np.int64)
@@ -314,6 +322,30 @@ def _check_edges(plan: VerifyPlan, et: EdgeType, p: int, orig, halo, referenced,
         referenced[et.src][hpos] = True
         src_orig[is_halo] = _orig_of(plan, et.src, halo[et.src][hpos])
         sink.edges(et, f"p{p:05d}-{j:05d}", eids, src_orig, dst_orig, p, lo)
+    return None
+
+
+def _check_held_out_last(plan: VerifyPlan, et: EdgeType, p: int, indptr: np.ndarray,
+                         a: int, b: int, eids: np.ndarray) -> str | None:
+    """Destinations ``a:b`` of part ``p``: each one's in-edges up to its ``message_end``
+    are not held out (neither ``val_mask`` nor ``test_mask``), those from there on are: what
+    training relies on to serve the head alone."""
+    lo, hi = int(indptr[a]), int(indptr[b])
+    ends = np.asarray(plan.load(p, "edges", et.dirname, MESSAGE_END)[a:b])
+    starts, stops = indptr[a:b], indptr[a + 1:b + 1]
+    if ((ends < starts) | (ends > stops)).any():
+        v = int(np.flatnonzero((ends < starts) | (ends > stops))[0])
+        return _fail(p, "edge", et, "-", f"{MESSAGE_END} row {a + v} is {ends[v]}, outside "
+                                         f"its destination's edges [{starts[v]}, {stops[v]})")
+    held = np.zeros(hi - lo, bool)
+    for name in HELD_OUT_MASKS:
+        held |= plan.rows(p, ("edge_feats", et.dirname, f"{name}.npy"), lo, hi).astype(bool)
+    tail = np.arange(lo, hi) >= np.repeat(ends, stops - starts)
+    if (held != tail).any():
+        i = int(np.flatnonzero(held != tail)[0])
+        what = "held out but before" if held[i] else "not held out but at or after"
+        return _fail(p, "edge", et, int(eids[i]), f"edge at CSC row {lo + i} is {what} its "
+                                                  f"destination's {MESSAGE_END}")
     return None
 
 

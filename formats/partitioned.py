@@ -18,6 +18,16 @@ from graphprep.formats.storage import join, read_text
 
 GRAPH_JSON = "graph.json"
 PARTITIONED_VERSION = 1
+# Edge data of a link split (``prep split-edges``): a type carrying all three has its
+# held-out (validation, test) in-edges stored last per destination, from MESSAGE_END on.
+SPLIT_MASKS = ("train_mask", "val_mask", "test_mask")
+HELD_OUT_MASKS = ("val_mask", "test_mask")
+MESSAGE_END = "message_end.npy"
+
+
+def has_split_masks(fields) -> bool:
+    """Whether an edge type with edge data named ``fields`` carries a link split."""
+    return set(SPLIT_MASKS) <= set(fields)
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,9 @@ class PartitionedGraph:
     # (Parquet files of one column `key` in original-ID order), and vocabularies per owner.
     keys: dict[str, dict] = field(default_factory=dict)
     vocab: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Types whose parts store each destination's held-out in-edges last, where
+    # edges/<etype>/message_end.npy says (dispatches before it: none).
+    held_out_last: tuple[EdgeType, ...] = ()
 
     def part_path(self, p: int, *rel: str) -> str:
         return join(join(self.root, self.parts[p].path), "/".join(rel)) if rel else \
@@ -88,6 +101,8 @@ class PartitionedGraph:
             "edge_feats": {str(e): f for e, f in self.edge_feats.items()},
             "parts": [p.to_json() for p in self.parts], "source": self.source,
             "dispatch_id": self.dispatch_id, "num_classes": self.num_classes,
+            **({"held_out_last": [str(e) for e in self.held_out_last]}
+               if self.held_out_last else {}),
             **({"keys": self.keys} if self.keys else {}),
             **({"vocab": self.vocab} if self.vocab else {})}
 
@@ -124,10 +139,16 @@ def load_partitioned(path: str) -> PartitionedGraph:
             source=meta.get("source", {}), halo_hops=meta.get("halo_hops", 1),
             format_version=version, dispatch_id=str(meta.get("dispatch_id", "")),
             num_classes={t: int(c) for t, c in meta.get("num_classes", {}).items()},
-            keys=meta.get("keys", {}), vocab=meta.get("vocab", {}))
+            keys=meta.get("keys", {}), vocab=meta.get("vocab", {}),
+            held_out_last=tuple(EdgeType.parse(e, file=path)
+                                for e in meta.get("held_out_last", [])))
     except KeyError as err:
         raise FormatError("required field is missing", file=path, field=err.args[0]) from None
     _check_ranges(g, path)
+    for et in g.held_out_last:
+        if et not in g.edge_types or not has_split_masks(g.edge_feats.get(et, {})):
+            raise FormatError(f"{et} is not an edge type with {'/'.join(SPLIT_MASKS)}",
+                              file=path, field="held_out_last")
     return g
 
 

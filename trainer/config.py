@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+import click
 import numpy as np
+
+from graphprep.formats.partitioned import SPLIT_MASKS, has_split_masks
 
 from graphprep.trainer.options import INTS, REQUIRED, Hops, Opt, Parser, Range, check_declared
 
@@ -15,7 +18,7 @@ PLACEMENTS = ("cpu", "pinned", "cuda")
 DEVICES = ("cpu", "cuda")
 TASKS = ("node", "link")
 SCORERS = ("dot", "mlp")          # graphprep.trainer.models.scorer's, named here so options check without torch
-LINK_MASKS = ("train_mask", "val_mask", "test_mask")
+LINK_MASKS = SPLIT_MASKS
 FAIL_MODES = ("raise", "kill", "hang", "nan")
 FEATURELESS = ("embed", "constant")   # input of a node type without features
 
@@ -60,6 +63,11 @@ class TrainConfig:
     batch_size: int = _opt("Seed nodes per training batch, per rank.", 512, rule=AT_LEAST_1)
     eval_batch_size: int = _opt("Seed nodes per evaluation batch.", 2048, rule=AT_LEAST_1)
     epochs: int = _opt("Epochs to train (a resumed run stops here too).", 10, rule=AT_LEAST_1)
+    max_batches: int | None = _opt("At most this many training batches per epoch and rank: "
+                                   "each epoch then trains on a different shuffled sample of "
+                                   "the seeds (link task: training edges), for graphs whose "
+                                   "full epoch takes too long [default: all].", None,
+                                   type=click.IntRange(min=1))
     lr: float = _opt("Adam learning rate.", 0.005, rule=POSITIVE)
     weight_decay: float = _opt("Adam weight decay.", 5e-4, rule=NOT_NEGATIVE)
     hidden: int = _opt("Hidden width of the model's layers (gat: all heads together).", 128,
@@ -242,8 +250,7 @@ def check_edge_feat(graph, name: str | None) -> None:
 def masked_etypes(graph) -> list:
     """Edge types carrying all of train/val/test masks (``prep split-edges``' target type and
     its twins), in ``graph.edge_types`` order."""
-    return [et for et in graph.edge_types
-            if set(LINK_MASKS) <= set(graph.edge_feats.get(et, {}))]
+    return [et for et in graph.edge_types if has_split_masks(graph.edge_feats.get(et, {}))]
 
 
 _EMPTY_NOTE = "prep split-edges writes no masks for a type without edges"

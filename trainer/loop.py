@@ -83,21 +83,23 @@ class Rank:
         return self.env.rank % self.cfg.ranks_per_part
 
     def loader(self, mask: str, fanouts: list[int], batch_size: int, shuffle: bool,
-               timed: bool = True) -> NodeLoader:
+               timed: bool = True, max_batches: int | None = None) -> NodeLoader:
         """Batches over this rank's share of the owned ``mask`` nodes; ``timed``: its sampling
         and fetch count in the epoch's breakdown (evaluation is timed as a whole)."""
         seeds = rank_seeds(self.part, self.ntype, mask, self.cfg.ranks_per_part,
                            self.local_index)
-        return self.node_loader(self.ntype, seeds, fanouts, batch_size, shuffle, timed)
+        return self.node_loader(self.ntype, seeds, fanouts, batch_size, shuffle, timed,
+                                max_batches=max_batches)
 
     def node_loader(self, ntype: str, seeds: torch.Tensor, fanouts: list[int],
                     batch_size: int, shuffle: bool = False, timed: bool = False,
-                    label: str | None = "label") -> NodeLoader:
-        """Batches over the given ``ntype`` seeds (new IDs, any owner)."""
+                    label: str | None = "label", max_batches: int | None = None) -> NodeLoader:
+        """Batches over the given ``ntype`` seeds (new IDs, any owner), at most
+        ``max_batches`` of them per epoch."""
         sampler, fetcher = self.sampling(fanouts, timed)
         return NodeLoader(sampler, fetcher, ntype, seeds, batch_size, seed=self.cfg.seed,
                           rank=self.env.rank, shuffle=shuffle, prefetch=self.cfg.prefetch,
-                          label=label)
+                          label=label, max_batches=max_batches)
 
     def sampling(self, fanouts: list[int], timed: bool = True
                  ) -> tuple[DistNeighborSampler, FeatureFetcher]:

@@ -11,7 +11,10 @@ and the planted graph at each of ``--curve-edges`` (10^6, 10^7, 10^8): per row l
 batch, epoch time per 10^5 seeds, sampled edges and RPC bytes per seed, halo-cache hit rate,
 each rank's peak anonymous memory (sampled from outside; memory-mapped part pages counted
 apart), test accuracy beside the majority-class rate; and the largest size against the one
-before it. ``--remote-store``: the trainer keeps remote rows on disk once fetched. With
+before it. ``--task link``: link prediction on each graph's edges instead (``prep
+split-edges`` holding out about 10^4 validation and 10^4 test edges), its rows per training
+edge; with ``--max-batches N`` an epoch is N batches per rank (a full link epoch at 10^8
+edges is hours). ``--remote-store``: the trainer keeps remote rows on disk once fetched. With
 ``--against-commit C``, each row also runs C's trainer on the same graph
 (before beside after: time per seed, anonymous memory per rank, wall time outside the epochs).
 ``--quick``: 2*10^4 edges (scale curve: 2*10^4 and 4*10^4), 2 epochs, fanouts 5,5, batches of
@@ -95,6 +98,10 @@ def train(graph_json: str, workdir: str, args, *extra: str) -> dict:
 
 
 CURVE_SPLIT = (0.05, 0.01, 0.01)
+# Link scale curve: validation and test edges each (fraction capped at 1%), ranked against
+# this many negatives: evaluation stays a fixed cost beside the training it measures.
+LINK_HELD_OUT = 10_000
+LINK_EVAL_NEGATIVES = 20
 
 
 def majority_rate(graph_json: str, mask: str = "test_mask") -> float:
@@ -131,18 +138,49 @@ def per_seed(first: dict, last: dict) -> dict:
             "remote_store_hits": last.get("halo_store_hits", 0)}
 
 
+def per_positive(first: dict, last: dict) -> dict:
+    """:func:`per_seed`'s figures for the link task, per training edge (positive) of the
+    last epoch: its seeds are the ends of positives and negatives."""
+    positives = max(last["train_edges"], 1)
+    return {"launch_to_first_batch_s": first["launch_to_first_batch_s"],
+            "train_edges": last["train_edges"],
+            "epoch_s_per_1e5_edges": round(last["train_s"] / positives * 1e5, 3),
+            "sampled_edges_per_edge": round(last["sampled_edges"] / positives, 2),
+            "rpc_bytes_per_edge": round(last["train_rpc_bytes"] / positives),
+            "halo_cache_hit_rate": round(last["halo_cache_hits"] / max(last["halo_rows"], 1),
+                                         4)}
+
+
+# the figures compared between sizes, per task: (time per unit, RPC bytes per unit)
+CURVE_KEYS = {"node": ("epoch_s_per_1e5_seeds", "rpc_bytes_per_seed"),
+              "link": ("epoch_s_per_1e5_edges", "rpc_bytes_per_edge")}
+
+
+def trainer_task_args(args, workdir: str) -> tuple[str, ...]:
+    """The trainer options of the scale curve's ``--task`` besides the recipe."""
+    extra = ("--remote-store", os.path.join(workdir, "store")) if args.remote_store else ()
+    extra += ("--remote-store-fill",) if args.remote_store_fill else ()
+    if args.max_batches:
+        extra += ("--max-batches", str(args.max_batches))
+    if args.task == "link":
+        extra += ("--task", "link", "--eval-negatives", str(LINK_EVAL_NEGATIVES))
+    return extra
+
+
 def curve_row(graph_json: str, workdir: str, args) -> dict:
     """One scale-curve row: 2 parts / 2 ranks with the run's recipe; figures of the last
     epoch (the first warms caches up when there are two)."""
-    extra = ("--remote-store", os.path.join(workdir, "store")) if args.remote_store else ()
-    extra += ("--remote-store-fill",) if args.remote_store_fill else ()
-    data = run_trainer(graph_json, workdir, args, *extra)
-    return {**per_seed(data["epochs"][0], data["epochs"][-1]),
-            "rank_peak_anon_mb": data["rank_peak_anon_mb"],
+    data = run_trainer(graph_json, workdir, args, *trainer_task_args(args, workdir))
+    first, last, summary = data["epochs"][0], data["epochs"][-1], data["summary"]
+    if args.task == "link":
+        figures = {**per_positive(first, last), "test_auc": round(summary["test_auc"], 4),
+                   "test_mrr": round(summary["test_mrr"], 4)}
+    else:
+        figures = {**per_seed(first, last), "test_acc": round(summary["test_acc"], 4),
+                   "majority_class_rate": majority_rate(graph_json)}
+    return {**figures, "rank_peak_anon_mb": data["rank_peak_anon_mb"],
             "rank_peak_file_backed_mb": data["rank_peak_file_backed_mb"],
-            "test_acc": round(data["summary"]["test_acc"], 4),
-            "majority_class_rate": majority_rate(graph_json),
-            "time_per_rank_s": data["epochs"][-1]["time_per_rank_s"],
+            "time_per_rank_s": last["time_per_rank_s"],
             "wall_outside_epochs_s": outside_epochs(data)}
 
 
@@ -155,23 +193,26 @@ def outside_epochs(data: dict) -> float:
 def before_row(graph_json: str, workdir: str, args, tree: str) -> dict:
     """The recipe on ``tree``'s trainer (an earlier commit's, run as it was): the figures
     its epoch records already had, and the same ones measured from outside."""
-    data = run_trainer(graph_json, workdir, args, tree=tree)
-    last = data["epochs"][-1]
-    return {"epoch_s_per_1e5_seeds": round(last["train_s"] / last["train_nodes"] * 1e5, 3),
+    data = run_trainer(graph_json, workdir, args, *trainer_task_args(args, workdir), tree=tree)
+    last, metric = data["epochs"][-1], "test_auc" if args.task == "link" else "test_acc"
+    unit = "train_edges" if args.task == "link" else "train_nodes"
+    return {CURVE_KEYS[args.task][0]: round(last["train_s"] / max(last[unit], 1) * 1e5, 3),
             "rank_peak_anon_mb": data["rank_peak_anon_mb"],
             "rank_peak_file_backed_mb": data["rank_peak_file_backed_mb"],
             "wall_outside_epochs_s": outside_epochs(data),
-            "test_acc": round(data["summary"]["test_acc"], 4)}
+            metric: round(data["summary"][metric], 4)}
 
 
 def scale_curve(args, workdir: str) -> dict:
     """The recipe on each of ``--graphs`` at each of ``--curve-edges``; ratios of the largest
     size against the one before it (the issue's targets: time and RPC bytes per seed <= 1.25x,
     anonymous memory per rank <= 1.5x and <= 2 GB, launch -> first batch <= 60 s)."""
-    res = {"fanouts": args.fanouts, "batch_size": args.batch_size, "epochs": args.epochs,
-           "split": CURVE_SPLIT, "parts": 2, "cores": os.cpu_count(),
-           "remote_store": args.remote_store, "remote_store_fill": args.remote_store_fill}
+    res = {"task": args.task, "fanouts": args.fanouts, "batch_size": args.batch_size,
+           "epochs": args.epochs, "max_batches": args.max_batches, "split": CURVE_SPLIT,
+           "parts": 2, "cores": os.cpu_count(), "remote_store": args.remote_store,
+           "remote_store_fill": args.remote_store_fill}
     sizes = [int(float(e)) for e in args.curve_edges.split(",")]
+    time_key, rpc_key = CURVE_KEYS[args.task]
     for name in args.graphs.split(","):
         rows = {}
         for edges in sizes:
@@ -179,8 +220,11 @@ def scale_curve(args, workdir: str) -> dict:
             if name == "rmat":
                 args.graph = "rmat"
                 spec = graph_spec(args, edges, 32)
+            held_out = min(0.01, LINK_HELD_OUT / edges)      # ~LINK_HELD_OUT edges each
             graphs = partitioned_synth(os.path.join(workdir, name), edges, (2,),
-                                       split=CURVE_SPLIT, spec=spec)
+                                       split=CURVE_SPLIT, spec=spec,
+                                       edge_split=(held_out, held_out)
+                                       if args.task == "link" else None)
             row = curve_row(graphs[2], workdir, args)
             row["edges"] = spec.num_edges if spec else edges
             if args.against_commit:
@@ -191,10 +235,8 @@ def scale_curve(args, workdir: str) -> dict:
         big, small = (rows[str(e)] for e in sizes[-1:-3:-1]) if len(sizes) > 1 else \
             (rows[str(sizes[0])],) * 2
         res[name] = {"rows": rows, "largest_vs_previous": {
-            "time_per_seed": round(big["epoch_s_per_1e5_seeds"] /
-                                   small["epoch_s_per_1e5_seeds"], 3),
-            "rpc_bytes_per_seed": round(big["rpc_bytes_per_seed"] /
-                                        max(small["rpc_bytes_per_seed"], 1), 3),
+            "time_per_unit": round(big[time_key] / small[time_key], 3),
+            "rpc_bytes_per_unit": round(big[rpc_key] / max(small[rpc_key], 1), 3),
             "rank_peak_anon": round(max(big["rank_peak_anon_mb"]) /
                                     max(small["rank_peak_anon_mb"]), 3)}}
     return res
@@ -219,6 +261,13 @@ def main():
     ap.add_argument("--curve-edges", default="1e6,1e7,1e8",
                     help="--scale-curve: graph sizes in edges (R-MAT: the nearest scale)")
     ap.add_argument("--graphs", default="rmat,planted", help="--scale-curve: graphs")
+    ap.add_argument("--task", default="node", choices=["node", "link"],
+                    help="--scale-curve: node classification, or link prediction on the "
+                         "graph's edges (prep split-edges: about 10^4 validation and 10^4 "
+                         "test edges at every size; rows per training edge)")
+    ap.add_argument("--max-batches", type=int, default=None,
+                    help="the trainer's --max-batches: training batches per epoch and rank "
+                         "[default: all]")
     ap.add_argument("--remote-store", action="store_true",
                     help="--scale-curve: the trainer keeps remote rows on disk once fetched "
                          "(--remote-store W/store)")

@@ -252,15 +252,19 @@ def run_baseline(code: str) -> dict:
 
 def partitioned_synth(workdir: str, edges: int, parts: tuple[int, ...], feat_dim: int = 32,
                       split: tuple[float, float, float] = (0.05, 0.05, 0.1),
-                      spec=None) -> dict[int, str]:
+                      spec=None, edge_split=None) -> dict[int, str]:
     """A synth graph dispatched into each of ``parts`` (random partition): ``{P: path of
     graph.json}``; ``spec`` (a ``SynthSpec``, e.g. :func:`graph_spec`'s R-MAT), else the
-    planted graph of ``edges`` edges (edges/10 nodes). Reuses what ``workdir`` already holds."""
+    planted graph of ``edges`` edges (edges/10 nodes). ``edge_split``: ``(val, test)``
+    fractions of its edges held out by ``prep split-edges`` before partitioning (link
+    prediction). Reuses what ``workdir`` already holds."""
     import dataclasses
     import os
 
     from graphprep.dispatch.job import run_dispatch
+    from graphprep.formats import EdgeType
     from graphprep.pipeline.partition import PartitionOptions, run_partition
+    from graphprep.pipeline.split_edges import SplitSpec, run_split
     from graphprep.pipeline.synth import SynthSpec
     from graphprep.pipeline.synth_job import run_synth
 
@@ -274,6 +278,10 @@ def partitioned_synth(workdir: str, edges: int, parts: tuple[int, ...], feat_dim
     out = {}
     with fresh_cluster() as (options, _):
         run_synth(spec, graph, 1 << 20, options)
+        if edge_split:
+            run_split(graph, f"{graph}-link", SplitSpec(EdgeType("_N", "_E", "_N"),
+                                                        *edge_split, 0), options)
+            graph = f"{graph}-link"
         for p in parts:
             assignment, dispatched = f"{graph}-a{p}", f"{graph}-d{p}"
             run_partition(graph, assignment, "random", PartitionOptions(p), options)

@@ -59,12 +59,14 @@ RUNS = {
     "model_parity": ["--workdir", "{work}/w"],
     "train_curve": ["--scale-curve", "--epochs", "1", "--remote-store", "--remote-store-fill",
                     "--workdir", "{work}/w"],
+    "train_curve_link": ["--scale-curve", "--task", "link", "--graphs", "rmat", "--epochs", "1",
+                         "--max-batches", "2", "--workdir", "{work}/w"],
     "moonshot": ["--workdir", "{work}/w"],
     "pyg_loader": ["--workdir", "{work}/w"],
     "dispatch": ["--workdir", "{work}/w"],
 }
 # runs of a script under another name: the script's second mode
-SCRIPTS = {"train_curve": "train"}
+SCRIPTS = {"train_curve": "train", "train_curve_link": "train"}
 
 
 def command(name: str, work: str) -> tuple[list[str], dict]:
@@ -432,6 +434,22 @@ def test_bench_train_curve(runs):
             assert fraction(row["test_acc"]) and fraction(row["majority_class_rate"])
             assert row["majority_class_rate"] > 0
         assert all(positive(v) for v in r[graph]["largest_vs_previous"].values())
+
+
+def test_bench_train_curve_link(runs):
+    r = runs.json("train_curve_link")
+    assert (r["task"], r["max_batches"], r["batch_size"]) == ("link", 2, 64)
+    rows = r["rmat"]["rows"]
+    assert set(rows) == {"20000", "40000"}, rows
+    for row in rows.values():
+        # 2 ranks x at most 2 batches of 64 positives
+        assert 0 < row["train_edges"] <= 2 * 2 * 64, row
+        assert positive(row["launch_to_first_batch_s"]) and positive(row["epoch_s_per_1e5_edges"])
+        assert row["sampled_edges_per_edge"] > 0 and positive(row["rpc_bytes_per_edge"]), row
+        assert rss_per_worker(row["rank_peak_anon_mb"]), row
+        assert fraction(row["test_auc"]) and fraction(row["test_mrr"]), row
+    assert set(r["rmat"]["largest_vs_previous"]) == {"time_per_unit", "rpc_bytes_per_unit",
+                                                     "rank_peak_anon"}
 
 
 def test_bench_moonshot(runs):

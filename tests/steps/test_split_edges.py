@@ -1,11 +1,13 @@
 """`prep split-edges`: deterministic, leak-free held-out edges, carried through dispatch."""
 
+import json
 import os
+import shutil
 
 import numpy as np
 import pytest
 
-from conftest import edge_data_of, edges_of, run_prep
+from conftest import edge_data_of, edges_of, rerecord, run_prep
 from faultkit import prep_fails, tree_hash
 
 ET = "_N:_E:_N"
@@ -71,12 +73,55 @@ def test_twin_type_is_held_out_with_its_edges(scheduler, tmp_path, prep):
     assert (fwd > 0).sum() > 300
 
 
-def test_masks_survive_dispatch_and_verify(scheduler, graph, prep):
-    prep("partition", graph / "s", graph / "a", "-p", 3)
-    prep("dispatch", graph / "s", graph / "a", graph / "d")
-    prep("verify", graph / "s", graph / "d")                  # compares edge data by edge ID
-    part = np.load(graph / "d" / "part-0" / "edge_feats" / "_N___E___N" / "val_mask.npy")
+@pytest.fixture(scope="module")
+def parts(scheduler, graph):
+    """The split graph in 3 random parts: the dispatch folder."""
+    run_prep(scheduler, "partition", graph / "s", graph / "a", "-p", 3)
+    run_prep(scheduler, "dispatch", graph / "s", graph / "a", graph / "d")
+    return graph / "d"
+
+
+def test_masks_survive_dispatch_and_verify(graph, parts, prep):
+    prep("verify", graph / "s", parts)                  # compares edge data by edge ID
+    part = np.load(parts / "part-0" / "edge_feats" / "_N___E___N" / "val_mask.npy")
     assert part.dtype == bool and 0 < part.sum() < len(part)
+
+
+def test_held_out_edges_stored_last_per_destination(graph, parts):
+    """Each destination's validation and test in-edges come after its others, from its
+    message_end.npy row on (what lets training serve the head without copying the CSC);
+    within each group, edges keep their edge ID order."""
+    assert json.loads((parts / "graph.json").read_text())["held_out_last"] == [ET]
+    split = masks(graph / "s")
+    held_of_edge = split[1] | split[2]
+    tails = 0
+    for p in range(3):
+        folder = parts / f"part-{p}" / "edges" / "_N___E___N"
+        indptr, ends = np.load(folder / "indptr.npy"), np.load(folder / "message_end.npy")
+        eids = np.load(folder / "orig_ids.npy")
+        held = held_of_edge[eids]
+        np.testing.assert_array_equal(held, np.arange(len(eids)) >=
+                                      np.repeat(ends, np.diff(indptr)))
+        group = np.repeat(np.arange(len(ends)), np.diff(indptr)) * 2 + held
+        same = group[1:] == group[:-1]
+        assert (eids[1:][same] > eids[:-1][same]).all()        # edge ID order in a group
+        tails += int((ends < indptr[1:]).sum())
+    assert tails > 100                       # many destinations have held-out in-edges
+
+
+def test_verify_names_a_message_end_that_lets_a_held_out_edge_carry_messages(
+        scheduler, graph, parts, tmp_path):
+    copy = tmp_path / "d"
+    shutil.copytree(parts, copy)
+    folder = copy / "part-1" / "edges" / "_N___E___N"
+    indptr, ends = np.load(folder / "indptr.npy"), np.load(folder / "message_end.npy")
+    v = int(np.flatnonzero(ends < indptr[1:])[0])
+    eid = int(np.load(folder / "orig_ids.npy")[ends[v]])   # v's first held-out edge ...
+    ends[v] += 1                                           # ... now among its messages
+    np.save(folder / "message_end.npy", ends)
+    rerecord(str(copy), 1, "edges/_N___E___N/message_end.npy")
+    prep_fails(scheduler, "verify", graph / "s", copy, code=1,
+               names=["part 1", "message_end.npy", f"original ID {eid}", "held out but before"])
 
 
 @pytest.mark.faults

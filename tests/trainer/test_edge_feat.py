@@ -90,8 +90,11 @@ class Served:
     """Both parts of a graph served in this process (``link``: held-out edges dropped, as the
     trainer does), new -> original node IDs, and a sampler per part."""
 
-    def __init__(self, graph_json, placement="cpu", link=False):
+    def __init__(self, graph_json, placement="cpu", link=False, stored_tail=True):
         self.parts = [LocalPart.load(graph_json, p) for p in range(2)]
+        if not stored_tail:        # as parts dispatched before held-out edges came last
+            self.parts = [LocalPart(dataclasses.replace(p.graph, held_out_last=()), p.p, p.orig_ids,
+                                    p.halo_ids, p.csc, p.node_data) for p in self.parts]
         served = [without_held_out(p) if link else p for p in self.parts]
         self.servers = {p: PartServer(part.place(placement)) for p, part in enumerate(served)}
         self.served = served
@@ -194,21 +197,29 @@ def test_heterogeneous_rows_per_type_and_none_for_a_type_without_the_array(mag_w
         assert served.transport.take_counters()["rpc_requests"] > 0
 
 
-def test_link_rows_follow_the_held_out_filter_and_the_exclusion(cora_w):
-    """The served CSC lacks the held-out edges, so its positions are not the stored rows':
-    rows gathered by served position would be other edges' (checked below, so this test can
-    fail). With exclusion, the rows still belong to the edges returned."""
+@pytest.mark.parametrize("stored_tail", [True, False], ids=["tail", "copy"])
+def test_link_rows_follow_the_held_out_filter_and_the_exclusion(cora_w, stored_tail):
+    """The served CSC lacks the held-out edges: served up to each destination's stored
+    message_end (tail), or, for parts dispatched before that, a filtered copy whose positions
+    are not the stored rows' (rows gathered by served position would be other edges': checked
+    below, so this test can fail). With exclusion, the rows still belong to the edges
+    returned."""
     _, graph_json = cora_w
-    served = Served(graph_json, link=True)
+    served = Served(graph_json, link=True, stored_tail=stored_tail)
     part = served.served[0]
     csc = part.csc[ET]
-    assert csc.stored_pos is not None and len(csc.stored_pos) < len(served.parts[0].csc[ET].indices)
+    if stored_tail:
+        assert csc.stored_pos is None and (csc.ends < csc.indptr[1:]).any()
+    else:
+        assert csc.stored_pos is not None and \
+            len(csc.stored_pos) < len(served.parts[0].csc[ET].indices)
     s_new, d_new = part.csc_edges(ET)
     rows = part.edge_data(ET, "w")                     # served order, after the filter
     ends = (served.orig["_N"], served.orig["_N"])
     check_rows(ends, torch.stack([s_new, d_new]), rows, 1)
-    naive = part.stored_edge_data(ET, "w")[:len(s_new)]
-    assert not torch.equal(naive[:, 0].long(), served.orig["_N"][s_new])
+    if not stored_tail:
+        naive = part.stored_edge_data(ET, "w")[:len(s_new)]
+        assert not torch.equal(naive[:, 0].long(), served.orig["_N"][s_new])
     positives = split_edges(served.parts[0], ET)["train"]
     batch_src, batch_dst = positives.src[:64], positives.dst[:64]
     seeds, _, _ = seed_nodes(ET, batch_src, batch_dst)

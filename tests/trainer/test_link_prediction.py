@@ -3,8 +3,10 @@ are excluded at the owners, training beats chance by a wide margin on Cora with 
 ``trainer embed`` writes exact full-neighbor outputs by original ID."""
 
 import json
+import math
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,7 +15,9 @@ import torch
 from conftest import dispatched, edge_data_of, edges_of, node_data_of, run_prep
 from graphprep.formats import EdgeType
 from graphprep.trainer.sampling.dist_sampler import DistNeighborSampler
-from graphprep.trainer.data.link_data import exclusion_keys, split_edges, without_held_out
+from graphprep.trainer.data.link_data import (TrainPositives, exclusion_keys, split_edges,
+                                              without_held_out)
+from graphprep.trainer.data.shuffle import KeyedPermutation
 from graphprep.trainer.data.link_loader import LinkLoader, seed_nodes
 from graphprep.trainer.data.features import FeatureFetcher
 from graphprep.trainer.sampling.partition import LocalPart
@@ -38,22 +42,50 @@ def served(graph_json):
     return full, servers, LocalTransport(servers)
 
 
-def test_held_out_filter_copies_indices_and_int32_positions_only(cora_link):
-    """The filtered CSC keeps the training edges in CSC order; their original IDs are read
-    through the stored positions from the mapped array (no copy), positions held as int32."""
+def test_held_out_edges_are_served_without_a_copy(cora_link):
+    """Dispatch stores each destination's held-out in-edges last: the served CSC is the
+    stored one, mapped, served up to each destination's message_end (no per-edge array of
+    the part's size is made), and it serves exactly the training edges."""
     chunked, graph_json = cora_link
     part = LocalPart.load(graph_json, 0)
+    assert part.graph.held_out_last == (ET,)
     stored = part.csc[ET]
-    filtered = without_held_out(part).csc[ET]
+    served_csc = without_held_out(part).csc[ET]
+    assert served_csc.indices.data_ptr() == stored.indices.data_ptr()
+    assert served_csc.indptr.data_ptr() == stored.indptr.data_ptr()
+    assert served_csc.stored_pos is None and served_csc.ends is not None
+    train = part.edge_data(ET, "train_mask").bool()
+    head = torch.arange(len(stored.indices)) < torch.repeat_interleave(
+        served_csc.ends, stored.indptr[1:] - stored.indptr[:-1])
+    assert torch.equal(head, train)                         # every split's edge in one mask
+    served = without_held_out(part)
+    src, dst = served.csc_edges(ET)
+    full_src, full_dst = part.csc_edges(ET)
+    assert torch.equal(src, full_src[train]) and torch.equal(dst, full_dst[train])
+    assert int(served_csc.degrees.sum()) == int(train.sum()) > 0
+    kept = stored.orig_ids(torch.nonzero(head).flatten())
+    mask = edge_data_of(chunked, str(ET), "train_mask").astype(bool)
+    assert mask[kept.numpy()].all()                         # every kept edge a training edge
+
+
+def test_parts_dispatched_before_held_out_last_are_filtered_by_copy(cora_link):
+    """graph.json without ``held_out_last`` (older dispatches): the served CSC is a filtered
+    copy whose edges read their original IDs through int32 stored positions, and it serves
+    the same edges as the stored tail does."""
+    _, graph_json = cora_link
+    part = LocalPart.load(graph_json, 0)
+    old = LocalPart(replace(part.graph, held_out_last=()), part.p, part.orig_ids,
+                    part.halo_ids, part.csc, part.node_data)
+    stored, filtered = part.csc[ET], without_held_out(old).csc[ET]
     train = part.edge_data(ET, "train_mask").bool()
     assert filtered.stored_orig_ids is stored.stored_orig_ids
     assert filtered.stored_pos.dtype == torch.int32 and len(filtered.indices) == int(train.sum())
-    kept = filtered.orig_ids(torch.arange(len(filtered.indices)))
-    assert torch.equal(kept, stored.stored_orig_ids[train])
+    assert torch.equal(filtered.orig_ids(torch.arange(len(filtered.indices))),
+                       stored.stored_orig_ids[train])
     assert torch.equal(filtered.indices, stored.indices[train])
-    src, dst = edges_of(chunked)
-    mask = edge_data_of(chunked, str(ET), "train_mask").astype(bool)
-    assert mask[kept.numpy()].all()                        # every kept edge a training edge
+    new_src, new_dst = without_held_out(part).csc_edges(ET)
+    old_src, old_dst = without_held_out(old).csc_edges(ET)
+    assert torch.equal(new_src, old_src) and torch.equal(new_dst, old_dst)
 
 
 def orig_pairs(part, src_new, dst_new, orig_of_new):
@@ -104,8 +136,8 @@ def test_link_batches_point_at_their_pairs(cora_link):
     sampler = DistNeighborSampler(full[1], servers[1], transport, [5, 5])
     fetcher = FeatureFetcher(full[1], servers[1], transport)
     edges = split_edges(full[1], ET)["train"]
-    loader = LinkLoader(sampler, fetcher, full[1], ET, edges, 100, seed=1, rank=1, neg_ratio=3,
-                        shuffle=False, prefetch=1)
+    loader = LinkLoader(sampler, fetcher, full[1], ET, TrainPositives(full[1], ET), 100, seed=1,
+                        rank=1, neg_ratio=3, shuffle=False, prefetch=1)
     batch = next(iter(loader.epoch(0)))
     seeds = batch.n_id[:batch.batch_size]
     pos, neg = batch.edge_label_index[:, :100], batch.edge_label_index[:, 100:]
@@ -114,6 +146,46 @@ def test_link_batches_point_at_their_pairs(cora_link):
     assert torch.equal(seeds[pos[1]], edges.dst[:100])
     assert torch.equal(seeds[neg[0]], edges.src[:100].repeat_interleave(3))
     assert neg.shape[1] == 300 and batch.x.shape[0] == len(batch.n_id)
+    assert len(loader) == math.ceil(len(edges) / 100) > 2
+    loader.max_batches = 2                                  # --max-batches
+    assert len(loader) == 2 and len(list(loader.epoch(1))) == 2
+
+
+@pytest.mark.parametrize("shares", [1, 2])
+def test_each_epoch_visits_every_training_edge_once_in_a_new_order(cora_link, shares):
+    """The ranks of a part share its training edges, each visiting its share once per epoch,
+    in batches of exactly the batch size but the last, in an order that changes with the
+    epoch; nothing per edge is held (the positions come from a keyed permutation)."""
+    _, graph_json = cora_link
+    part = LocalPart.load(graph_json, 0)
+    train = split_edges(part, ET, ("train",))["train"]
+    every = set(zip(train.src.tolist(), train.dst.tolist()))
+    orders = []
+    for epoch in (0, 1):
+        seen, order = [], []
+        for index in range(shares):
+            positives = TrainPositives(part, ET, shares, index)
+            batches = list(positives.batches(64, 1000 * epoch + index))
+            assert all(len(b) == 64 for b in batches[:-1]) and 0 < len(batches[-1]) <= 64
+            assert sum(map(len, batches)) == len(positives)
+            pos = torch.cat(batches)
+            assert part.edge_data(ET, "train_mask").bool()[pos].all()
+            src, dst = positives.ends(pos)
+            seen += list(zip(src.tolist(), dst.tolist()))
+            order.append(pos)
+        assert len(seen) == len(train) and set(seen) == every     # each edge once
+        orders.append(torch.cat(order))
+    assert not torch.equal(orders[0], orders[1])
+    assert not torch.equal(orders[0], torch.sort(orders[0]).values)   # shuffled
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 1000, 4097])
+def test_keyed_permutation_is_a_bijection_that_the_key_changes(n):
+    out = KeyedPermutation(n, 7)(torch.arange(n))
+    assert torch.equal(torch.sort(out).values, torch.arange(n))
+    if n > 100:
+        assert (out != KeyedPermutation(n, 8)(torch.arange(n))).float().mean() > 0.9
+        assert torch.equal(out[5:9], KeyedPermutation(n, 7)(torch.arange(5, 9)))
 
 
 def run_trainer(*args, timeout=600):

@@ -38,7 +38,7 @@ def add_log_degree(part: LocalPart) -> None:
         degree = torch.zeros(len(part.orig_ids[t]))
         for et, csc in part.csc.items():
             if et.dst == t:
-                degree += (csc.indptr[1:] - csc.indptr[:-1]).cpu().float()
+                degree += csc.degrees.cpu().float()
         part.node_data[t][LOG_DEGREE] = torch.log1p(degree).unsqueeze(1)
         part.graph.node_feats.setdefault(t, {})[LOG_DEGREE] = {"dtype": "float32",
                                                                "shape": [1]}

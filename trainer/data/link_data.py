@@ -10,6 +10,8 @@ edges it seeds.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +19,7 @@ import torch
 from graphprep.formats import EdgeType
 
 from graphprep.trainer.config import LINK_MASKS, masked_etypes
+from graphprep.trainer.data.shuffle import KeyedPermutation
 from graphprep.trainer.sampling.edge_keys import edge_keys
 from graphprep.trainer.sampling.partition import LocalPart
 
@@ -39,15 +42,59 @@ class LinkEdges:
                          torch.tensor_split(self.dst, parts)[index])
 
 
-def split_edges(part: LocalPart, etype: EdgeType) -> dict[str, LinkEdges]:
-    """``{"train"|"val"|"test": LinkEdges}`` of ``etype`` in ``part``, in CSC order. Holds the
-    type's part edges as two int64 arrays while splitting."""
-    src, dst = part.csc_edges(etype)
-    out = {}
-    for split, mask_name in zip(SPLITS, LINK_MASKS):
-        mask = part.edge_data(etype, mask_name).bool()
-        out[split] = LinkEdges(src[mask], dst[mask])
-    return out
+def split_edges(part: LocalPart, etype: EdgeType, splits=SPLITS) -> dict[str, LinkEdges]:
+    """``{split: LinkEdges}`` of ``etype`` in ``part`` for each of ``splits`` ("train", "val",
+    "test"), in CSC order. Holds 24 B per edge of those splits (their positions, then ends);
+    reads the masks mapped. Training takes its edges from :class:`TrainPositives` instead,
+    which holds none."""
+    masks = dict(zip(SPLITS, LINK_MASKS))
+    return {split: LinkEdges(*part.csc_edges(etype, torch.nonzero(
+                part.edge_data(etype, masks[split]).bool()).flatten()))
+            for split in splits}
+
+
+class TrainPositives:
+    """The training edges (``train_mask``) of ``etype`` in one rank's share of its part: the
+    ``index``-th of ``shares`` even, contiguous ranges of the stored CSC positions. Visited
+    per epoch in a keyed pseudo-random order (:class:`KeyedPermutation` of the range), in
+    batches of stored positions. Holds nothing per edge: the mask and the CSC stay mapped;
+    counting the share's edges reads its mask once."""
+
+    def __init__(self, stored: LocalPart, etype: EdgeType, shares: int = 1, index: int = 0):
+        self.stored, self.etype = stored, etype
+        self.mask = stored.stored_edge_data(etype, LINK_MASKS[0])
+        n = len(self.mask)
+        self.lo, self.hi = n * index // shares, n * (index + 1) // shares
+        self.count = int(self.mask[self.lo:self.hi].sum())
+
+    def __len__(self) -> int:
+        return self.count
+
+    def batches(self, batch_size: int, key: int | None) -> Iterator[torch.Tensor]:
+        """Stored positions of the share's training edges, ``batch_size`` at a time (the last
+        batch smaller): in the order of the permutation keyed by ``key``, or in CSC order
+        for ``None``. Holds a few arrays of about a batch's size."""
+        size = self.hi - self.lo
+        perm = KeyedPermutation(size, key) if key is not None else None
+        # positions drawn per step: about a batch's worth of training edges
+        step = max(batch_size, math.ceil(batch_size * size / max(self.count, 1)))
+        pending, held = [], 0
+        for a in range(0, size, step):
+            at = torch.arange(a, min(a + step, size))
+            pos = (perm(at) if perm is not None else at) + self.lo
+            pos = pos[self.mask.index_select(0, pos).bool()]
+            pending.append(pos)
+            held += len(pos)
+            while held >= batch_size:
+                ready = torch.cat(pending)
+                yield ready[:batch_size]
+                pending, held = [ready[batch_size:]], held - batch_size
+        if held:
+            yield torch.cat(pending)
+
+    def ends(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(src, dst)`` per-type new IDs of the edges at stored positions ``pos``."""
+        return self.stored.csc_edges(self.etype, pos)
 
 
 def twins(part: LocalPart, etype: EdgeType) -> list[EdgeType]:
@@ -58,12 +105,18 @@ def twins(part: LocalPart, etype: EdgeType) -> list[EdgeType]:
 
 def without_held_out(part: LocalPart) -> LocalPart:
     """``part`` whose CSC lacks every validation and test edge of every masked type: message
-    passing in training and evaluation sees training edges only (and all other types). The
-    kept edges remember their stored positions (``LocalCSC.stored_pos``), so ``--edge-feat``
-    rows and ``edge_data`` follow the filter."""
+    passing in training and evaluation sees training edges only (and all other types).
+
+    Parts dispatched with each destination's held-out in-edges last (graph.json's
+    ``held_out_last``) are served up to there, copying nothing. Parts without it (dispatched before) get a
+    filtered copy of the type's CSC whose edges remember their stored positions
+    (``LocalCSC.stored_pos``, 8 B per kept edge), so ``--edge-feat`` rows and ``edge_data``
+    follow the filter."""
+    masked = masked_etypes(part.graph)
+    tail = [et for et in masked if et in part.graph.held_out_last]
     drop = {et: part.edge_data(et, "val_mask").bool() | part.edge_data(et, "test_mask").bool()
-            for et in masked_etypes(part.graph)}
-    return part.without_edges(drop)
+            for et in masked if et not in tail}
+    return part.without_held_out_tail(tail).without_edges(drop)
 
 
 def exclusion_keys(part: LocalPart, etype: EdgeType, src: torch.Tensor, dst: torch.Tensor

@@ -9,6 +9,7 @@ is reproducible whatever the thread timing.
 
 from __future__ import annotations
 
+import itertools
 import math
 import queue
 import threading
@@ -32,19 +33,29 @@ def rank_seeds(part: LocalPart, ntype: str, mask: str, ranks_per_part: int, loca
     return torch.tensor_split(owned, ranks_per_part)[local_index]
 
 
+_END = object()      # the producer's last item: the epoch has no more batches
+
+
 class NodeLoader:
     """Mini-batches over ``seeds``; holds at most ``prefetch`` prepared batches at a time."""
 
     def __init__(self, sampler: DistNeighborSampler, fetcher: FeatureFetcher, ntype: str,
                  seeds: torch.Tensor, batch_size: int, *, seed: int, rank: int,
                  shuffle: bool = True, prefetch: int = 2, feature: str = "feat",
-                 label: str | None = "label"):
+                 label: str | None = "label", max_batches: int | None = None):
         self.sampler, self.fetcher = sampler, fetcher
         self.ntype, self.seeds, self.batch_size = ntype, seeds, batch_size
         self.seed, self.rank, self.shuffle = seed, rank, shuffle
         self.prefetch, self.feature, self.label = max(1, prefetch), feature, label
+        self.max_batches = max_batches
 
     def __len__(self) -> int:
+        """Batches per epoch: all of :meth:`full_batches`, or ``max_batches`` of them."""
+        full = self.full_batches()
+        return full if self.max_batches is None else min(full, self.max_batches)
+
+    def full_batches(self) -> int:
+        """Batches that cover every seed once."""
         return math.ceil(len(self.seeds) / self.batch_size)
 
     def batch(self, epoch: int, i: int, seeds: torch.Tensor) -> Batch:
@@ -57,13 +68,18 @@ class NodeLoader:
             batch.y = self.fetcher.fetch(self.label, seeds_by_type)[self.ntype]
         return batch
 
-    def epoch(self, epoch: int) -> Iterator[Batch]:
-        """The batches of one epoch, prepared ahead on a background thread."""
+    def seed_batches(self, epoch: int) -> Iterator[torch.Tensor]:
+        """The seeds of each batch of ``epoch``: shuffled by (seed, epoch, rank), split."""
         order = self.seeds
         if self.shuffle:
             g = torch.Generator().manual_seed(mix_seed(self.seed, epoch, self.rank))
             order = self.seeds[torch.randperm(len(self.seeds), generator=g)]
-        batches = torch.split(order, self.batch_size)
+        return iter(torch.split(order, self.batch_size))
+
+    def epoch(self, epoch: int) -> Iterator[Batch]:
+        """The batches of one epoch (the first ``len(self)`` of its shuffled seeds' batches),
+        prepared ahead on a background thread."""
+        batches = itertools.islice(self.seed_batches(epoch), len(self))
         ready: queue.Queue = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
 
@@ -82,6 +98,7 @@ class NodeLoader:
                 for i, seeds in enumerate(batches):
                     if not put(self.batch(epoch, i, seeds)):
                         return
+                put(_END)
             except BaseException as err:  # re-raised on the training thread
                 tag_batch(err, i)          # which is in another step by then
                 put(err)
@@ -89,10 +106,12 @@ class NodeLoader:
         worker = threading.Thread(target=produce, name=f"loader-e{epoch}", daemon=True)
         worker.start()
         try:
-            for _ in batches:
+            while True:
                 start = time.perf_counter()
                 item = ready.get()
                 self.sampler.breakdown.add("wait_batch", time.perf_counter() - start)
+                if item is _END:
+                    return
                 if isinstance(item, BaseException):
                     raise item
                 yield item

@@ -23,8 +23,10 @@ class SampledEdges:
 
 
 def sample_neighbors(indptr: torch.Tensor, seeds: torch.Tensor, fanout: int,
-                     generator: torch.Generator | None = None) -> SampledEdges:
-    """Sample up to ``fanout`` distinct in-edges of each seed (local destination index).
+                     generator: torch.Generator | None = None,
+                     ends: torch.Tensor | None = None) -> SampledEdges:
+    """Sample up to ``fanout`` distinct in-edges of each seed (local destination index):
+    those in ``indptr[v]:indptr[v + 1]``, or ``indptr[v]:ends[v]`` with ``ends``.
 
     Returns :class:`SampledEdges`, grouped by seed: first every in-edge of the seeds with at
     most ``fanout`` of them (in seed order, CSC order within a seed), then ``fanout`` edges of
@@ -35,7 +37,8 @@ def sample_neighbors(indptr: torch.Tensor, seeds: torch.Tensor, fanout: int,
     device = indptr.device
     seeds = seeds.to(device)
     start = indptr.index_select(0, seeds)       # index_select: a faster gather than [] on CPU
-    deg = indptr.index_select(0, seeds + 1) - start
+    deg = (indptr.index_select(0, seeds + 1) if ends is None else
+           ends.index_select(0, seeds)) - start
     take_all = deg <= fanout if fanout >= 0 else torch.ones_like(deg, dtype=torch.bool)
     parts_seed, parts_edge = [], []
 

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from graphprep.formats import EdgeType
-from graphprep.formats.partitioned import PartitionedGraph, load_partitioned
+from graphprep.formats.partitioned import MESSAGE_END, PartitionedGraph, load_partitioned
 from graphprep.formats.sparse import CSR, csr_paths, load_csr
 
 from graphprep.trainer.data.sparse import SparseRows
@@ -61,18 +61,42 @@ class LocalCSC:
     ``stored_pos`` (host): each served edge's position in the part's stored CSC, where its
     edge data rows and original ID are; ``None`` when the CSC is the stored one (then a
     position is its own). Set by :meth:`LocalPart.without_edges`: int32 (4 B per kept edge)
-    while the stored CSC has fewer than 2^31 edges, else int64."""
+    while the stored CSC has fewer than 2^31 edges, else int64.
+
+    ``ends``: where each destination's served in-edges end, when that is before the next
+    destination's start (``indptr[v + 1]``): the stored CSC with each destination's held-out
+    in-edges last, served without them (:meth:`LocalPart.without_held_out_tail`)."""
 
     indptr: torch.Tensor      # int64 [owned dst + 1]
     indices: torch.Tensor     # local source index: owned first, then halo positions
     stored_orig_ids: torch.Tensor    # original edge ID of each edge of the stored CSC (mapped)
     stored_pos: torch.Tensor | None = None
+    ends: torch.Tensor | None = None  # int64 [owned dst], or None: indptr[1:]
+
+    @property
+    def degrees(self) -> torch.Tensor:
+        """Served in-degree of each owned destination."""
+        return (self.indptr[1:] if self.ends is None else self.ends) - self.indptr[:-1]
+
+    def served_positions(self) -> torch.Tensor:
+        """The CSC position (of ``indices``) of every served edge, in served order (host,
+        int64): each destination's head up to ``ends``, else every position."""
+        indptr = self.indptr.cpu()
+        if self.ends is None:
+            return torch.arange(int(indptr[-1]))
+        d = self.degrees.cpu()
+        skip = indptr[:-1] - (torch.cumsum(d, 0) - d)
+        return torch.arange(int(d.sum())) + torch.repeat_interleave(skip, d)
 
     def to(self, device) -> "LocalCSC":
         """Structure on ``device``; edge IDs and ``stored_pos`` stay on the host, where edge
         data is."""
-        return LocalCSC(self.indptr.to(device), self.indices.to(device), self.stored_orig_ids,
-                        self.stored_pos)
+        return self.moved(lambda t: t.to(device))
+
+    def moved(self, move) -> "LocalCSC":
+        """The structure (indptr, indices, ends) through ``move``; the rest as it is."""
+        return LocalCSC(move(self.indptr), move(self.indices), self.stored_orig_ids,
+                        self.stored_pos, None if self.ends is None else move(self.ends))
 
     def stored(self, pos: torch.Tensor) -> torch.Tensor:
         """Positions in the stored CSC (edge data rows) of served CSC positions ``pos``
@@ -113,26 +137,44 @@ class LocalPart:
 
     def edge_data(self, etype: EdgeType, name: str) -> torch.Tensor:
         """Edge data ``name`` of ``etype`` in this part, in the order of the CSC as served:
-        the stored array memory-mapped, or, after :meth:`without_edges` dropped some of the
-        type's edges, a copy of the kept rows (so it stays aligned with ``csc``)."""
+        the stored array memory-mapped, or, where the CSC serves only some of the type's edges
+        (held-out ones left out), a copy of the served rows (so it stays aligned with
+        ``csc_edges``). Sampling reads rows by stored position instead, copying nothing."""
         stored = self.stored_edge_data(etype, name)
         csc = self.csc.get(etype)
-        return stored if csc is None or csc.stored_pos is None else \
-            stored.index_select(0, csc.stored_pos)
+        if csc is None or (csc.stored_pos is None and csc.ends is None):
+            return stored
+        return stored.index_select(0, csc.stored(csc.served_positions()))
 
     def stored_edge_data(self, etype: EdgeType, name: str) -> torch.Tensor:
         """Edge data ``name`` of ``etype`` as the part stores it (the stored CSC's order, all
         of its edges), memory-mapped: index it with :meth:`LocalCSC.stored`."""
         return _tensor(self.graph.part_path(self.p, "edge_feats", etype.dirname, f"{name}.npy"))
 
-    def csc_edges(self, etype: EdgeType) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(src, dst)`` per-type new IDs of every edge of ``etype`` in this part, CSC order.
-        Holds two int64 arrays of the type's edges in the part."""
+    def csc_edges(self, etype: EdgeType, pos: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(src, dst)`` per-type new IDs of the edges of ``etype`` at CSC positions ``pos``
+        (default every edge the part serves, in CSC order). Holds two int64 arrays of those
+        edges."""
         csc = self.csc[etype]
-        counts = csc.indptr[1:] - csc.indptr[:-1]
-        dst = torch.repeat_interleave(torch.arange(len(counts)), counts.cpu()) + \
-            self.start(etype.dst)
-        return self.local_to_new(etype.src, csc.indices.cpu().long()), dst
+        indptr = csc.indptr.cpu()
+        if pos is None:
+            pos = csc.served_positions()
+        dst = torch.searchsorted(indptr, pos, right=True) - 1 + self.start(etype.dst)
+        return self.local_to_new(etype.src, csc.indices.cpu().index_select(0, pos).long()), dst
+
+    def without_held_out_tail(self, etypes) -> "LocalPart":
+        """This part serving, for each of ``etypes`` (of ``graph.held_out_last``), each
+        destination's in-edges up to its ``message_end``, where ``prep dispatch`` stored its
+        held-out ones from: those are not served, and nothing is copied (the structure stays
+        mapped, with one more mapped int64 per destination)."""
+        csc = dict(self.csc)
+        for et in etypes:
+            c = self.csc[et]
+            ends = _tensor(self.graph.part_path(self.p, "edges", et.dirname, MESSAGE_END))
+            csc[et] = LocalCSC(c.indptr, c.indices, c.stored_orig_ids, c.stored_pos,
+                               ends.to(c.indptr.device))
+        return LocalPart(self.graph, self.p, self.orig_ids, self.halo_ids, csc, self.node_data)
 
     def without_edges(self, drop: dict[EdgeType, torch.Tensor]) -> "LocalPart":
         """This part with the edges where ``drop[etype]`` (bool, CSC order) is set removed from
@@ -144,6 +186,7 @@ class LocalPart:
         csc = dict(self.csc)
         for et, mask in drop.items():
             c, keep = self.csc[et], ~mask.bool()
+            assert c.ends is None, "without_edges of a CSC served up to its ends"
             kept_before = torch.zeros(len(keep) + 1, dtype=torch.int64)
             torch.cumsum(keep.long(), 0, out=kept_before[1:])
             kept = kept_before[c.indptr.long()].to(c.indptr.dtype)   # the new indptr
@@ -167,8 +210,7 @@ class LocalPart:
         if placement == "cpu":
             return self
         move = (lambda t: t.pin_memory()) if placement == "pinned" else (lambda t: t.to("cuda"))
-        csc = {et: LocalCSC(move(c.indptr), move(c.indices), c.stored_orig_ids, c.stored_pos)
-               for et, c in self.csc.items()}
+        csc = {et: c.moved(move) for et, c in self.csc.items()}
         halo = {t: move(h) for t, h in self.halo_ids.items()}
         return LocalPart(self.graph, self.p, self.orig_ids, halo, csc, self.node_data)
 

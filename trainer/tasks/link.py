@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from graphprep.trainer.config import target_etype
-from graphprep.trainer.data.link_data import LinkEdges, split_edges
+from graphprep.trainer.data.link_data import LinkEdges, TrainPositives, split_edges
 from graphprep.trainer.data.link_loader import LinkLoader
 from graphprep.trainer.data.negatives import fixed_eval_negatives
 from graphprep.trainer.loop import Rank, step, train_batches
@@ -45,15 +45,15 @@ class LinkTask:
         self.rank = rank
         self.etype = target_etype(rank.part.graph, cfg.target_etype)
         self.target = str(self.etype)
-        # the masks index the part's full CSC (the served one lacks the held-out edges)
-        edges = split_edges(LocalPart.load(cfg.graph, rank.part.p), self.etype)
-        self.eval_edges = {s: edges[s] for s in ("val", "test")}
-        train = edges["train"].share(cfg.ranks_per_part, rank.local_index)
+        # the masks index the part's stored CSC (the served one may be a filtered copy)
+        stored = LocalPart.load(cfg.graph, rank.part.p)
+        self.eval_edges = split_edges(stored, self.etype, ("val", "test"))
+        train = TrainPositives(stored, self.etype, cfg.ranks_per_part, rank.local_index)
         sampler, fetcher = rank.sampling(cfg.fanouts)
         self.loader = LinkLoader(sampler, fetcher, rank.part, self.etype, train,
                                  cfg.batch_size, seed=cfg.seed, rank=env.rank,
                                  neg_ratio=cfg.neg_ratio, corrupt_src=cfg.corrupt_src,
-                                 prefetch=cfg.prefetch)
+                                 prefetch=cfg.prefetch, max_batches=cfg.max_batches)
 
     @property
     def num_batches(self) -> int:
@@ -61,7 +61,8 @@ class LinkTask:
 
     def first_batch(self):
         """A training batch of this rank (the model sizes lazy parameters on it)."""
-        return self.loader.batch(0, 0, self.loader.seeds[:self.rank.cfg.batch_size])
+        return self.loader.batch(0, 0, next(self.loader.seed_batches(0),
+                                            torch.empty(0, dtype=torch.int64)))
 
     def train_epoch(self, ddp, optimizer, epoch: int) -> dict[str, float]:
         """One epoch over this rank's training edges; returns (loss sum, positives)."""

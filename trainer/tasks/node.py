@@ -24,7 +24,8 @@ class NodeTask:
         cfg = rank.cfg
         self.rank, self.target = rank, rank.ntype
         self.num_classes = num_classes(rank.part, rank.ntype)
-        self.train_loader = rank.loader("train_mask", cfg.fanouts, cfg.batch_size, True)
+        self.train_loader = rank.loader("train_mask", cfg.fanouts, cfg.batch_size, True,
+                                        max_batches=cfg.max_batches)
         self.eval_loaders = {m: rank.loader(f"{m}_mask", cfg.eval_fanouts or cfg.fanouts,
                                             cfg.eval_batch_size, False, timed=False)
                              for m in ("val", "test")}

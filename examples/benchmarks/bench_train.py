@@ -14,7 +14,8 @@ apart), test accuracy beside the majority-class rate; and the largest size again
 before it. ``--task link``: link prediction on each graph's edges instead (``prep
 split-edges`` holding out about 10^4 validation and 10^4 test edges), its rows per training
 edge; with ``--max-batches N`` an epoch is N batches per rank (a full link epoch at 10^8
-edges is hours). ``--remote-store``: the trainer keeps remote rows on disk once fetched. With
+edges is hours); its ``--against-commit`` rows are that commit's peak memory per rank until
+``--before-seconds`` (it had no --max-batches). ``--remote-store``: the trainer keeps remote rows on disk once fetched. With
 ``--against-commit C``, each row also runs C's trainer on the same graph
 (before beside after: time per seed, anonymous memory per rank, wall time outside the epochs).
 ``--quick``: 2*10^4 edges (scale curve: 2*10^4 and 4*10^4), 2 epochs, fanouts 5,5, batches of
@@ -65,14 +66,22 @@ def run_trainer(graph_json: str, workdir: str, args, *extra: str, tree: str | No
     return data
 
 
-def run_ranks(cmd: list[str], env: dict | None = None) -> dict:
+def run_ranks(cmd: list[str], env: dict | None = None, stop_after: float | None = None
+              ) -> dict:
     """Run a trainer command (``python -m graphprep.trainer ...``) from the repository:
     its wall time and each rank's peak anonymous and file-backed memory (MB, sorted),
-    sampled from outside every 0.1 s. Raises CalledProcessError if it fails."""
+    sampled from outside every 0.1 s. ``stop_after``: end it (SIGTERM) after that many
+    seconds, the peaks being those until then. Raises CalledProcessError if it fails."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, env=env)
     with WorkerMemorySampler(0.1, root=proc.pid, marker="graphprep.trainer") as ranks:
-        if proc.wait():
+        try:
+            code = proc.wait(timeout=stop_after)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            proc.wait()
+            code = 0
+        if code:
             raise subprocess.CalledProcessError(proc.returncode, cmd)
     return {"wall_s": round(time.perf_counter() - start, 2),
             "rank_peak_anon_mb": ranks.peaks_mb("anon"),
@@ -190,9 +199,27 @@ def outside_epochs(data: dict) -> float:
     return round(data["wall_s"] - sum(e["epoch_s"] for e in data["epochs"]), 2)
 
 
+def before_link_row(graph_json: str, workdir: str, args, tree: str) -> dict:
+    """``tree``'s trainer on the link recipe, stopped after ``--before-seconds`` (it has no
+    --max-batches: a full epoch at 10^8 edges is hours): each rank's peak memory until
+    then, past its start-up (what it holds per edge is made before the first batch)."""
+    root, _ = importable_tree(tree, workdir)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH",
+                                                                              "")])}
+    cmd = [sys.executable, "-m", "graphprep.trainer", "--graph", graph_json, "--no-progress",
+           "--epochs", "1", "--fanouts", args.fanouts, "--batch-size", str(args.batch_size),
+           "--task", "link", "--eval-negatives", str(LINK_EVAL_NEGATIVES)]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    ran = run_ranks(cmd, env, stop_after=args.before_seconds)
+    return {**ran, "stopped_after_s": args.before_seconds}
+
+
 def before_row(graph_json: str, workdir: str, args, tree: str) -> dict:
     """The recipe on ``tree``'s trainer (an earlier commit's, run as it was): the figures
     its epoch records already had, and the same ones measured from outside."""
+    if args.task == "link":
+        return before_link_row(graph_json, workdir, args, tree)
     data = run_trainer(graph_json, workdir, args, *trainer_task_args(args, workdir), tree=tree)
     last, metric = data["epochs"][-1], "test_auc" if args.task == "link" else "test_acc"
     unit = "train_edges" if args.task == "link" else "train_nodes"
@@ -265,6 +292,9 @@ def main():
                     help="--scale-curve: node classification, or link prediction on the "
                          "graph's edges (prep split-edges: about 10^4 validation and 10^4 "
                          "test edges at every size; rows per training edge)")
+    ap.add_argument("--before-seconds", type=float, default=180.0,
+                    help="--task link --against-commit: stop the commit's trainer after this "
+                         "long (its peak memory so far is the row's figure)")
     ap.add_argument("--max-batches", type=int, default=None,
                     help="the trainer's --max-batches: training batches per epoch and rank "
                          "[default: all]")

@@ -14,10 +14,10 @@ apart), test accuracy beside the majority-class rate; and the largest size again
 before it. ``--task link``: link prediction on each graph's edges instead (``prep
 split-edges`` holding out about 10^4 validation and 10^4 test edges), its rows per training
 edge; with ``--max-batches N`` an epoch is N batches per rank (a full link epoch at 10^8
-edges is hours); its ``--against-commit`` rows are that commit's peak memory per rank until
-``--before-seconds`` (it had no --max-batches). ``--remote-store``: the trainer keeps remote rows on disk once fetched. With
-``--against-commit C``, each row also runs C's trainer on the same graph
-(before beside after: time per seed, anonymous memory per rank, wall time outside the epochs).
+edges is hours). ``--remote-store``: the trainer keeps remote rows on disk once fetched.
+With ``--against-commit C``, each row also runs C's trainer on the same graph (before beside
+after: time per seed, anonymous memory per rank, wall time outside the epochs; with ``--task
+link``, C's peak memory per rank until ``--before-seconds``, as C may lack --max-batches).
 ``--quick``: 2*10^4 edges (scale curve: 2*10^4 and 4*10^4), 2 epochs, fanouts 5,5, batches of
 64 (seconds; for the test suite).
 """
@@ -208,7 +208,9 @@ def before_link_row(graph_json: str, workdir: str, args, tree: str) -> dict:
                                                                               "")])}
     cmd = [sys.executable, "-m", "graphprep.trainer", "--graph", graph_json, "--no-progress",
            "--epochs", "1", "--fanouts", args.fanouts, "--batch-size", str(args.batch_size),
-           "--task", "link", "--eval-negatives", str(LINK_EVAL_NEGATIVES)]
+           "--task", "link", "--eval-negatives", str(LINK_EVAL_NEGATIVES),
+           "--checkpoint-dir", os.path.join(workdir, "ckpt-before-" + os.path.basename(
+               os.path.dirname(graph_json)) + "-" + os.path.basename(tree))]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     ran = run_ranks(cmd, env, stop_after=args.before_seconds)

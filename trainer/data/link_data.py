@@ -108,8 +108,8 @@ def without_held_out(part: LocalPart) -> LocalPart:
     passing in training and evaluation sees training edges only (and all other types).
 
     Parts dispatched with each destination's held-out in-edges last (graph.json's
-    ``held_out_last``) are served up to there, copying nothing. Parts without it (dispatched before) get a
-    filtered copy of the type's CSC whose edges remember their stored positions
+    ``held_out_last``) are served up to there, copying nothing. Parts dispatched before that
+    get a filtered copy of the type's CSC whose edges remember their stored positions
     (``LocalCSC.stored_pos``, 8 B per kept edge), so ``--edge-feat`` rows and ``edge_data``
     follow the filter."""
     masked = masked_etypes(part.graph)

@@ -4,10 +4,11 @@ Streaming: outputs are ``.npy`` files written front to back, one node range / on
 sub-range at a time; inputs are read by row range (no memory-mapping: mapped pages would count
 in the worker's memory). A task holds one range of node rows or one sub-range of edges
 (``range_size`` destination nodes' in-edges, gathered from every chunk's bucket straight into
-one buffer: about 48 bytes per edge with their order and one sorted column at a time), plus the
-part's halo as bits with running counts (``halo.BitRank``: a quarter byte per node of the
-source type; one byte per node while finding it; its IDs written block by block); never the
-part's, let alone the graph's, edges at once. The part is written into a temporary folder
+one buffer: about 48 bytes per edge with their order and one sorted column at a time, 57 for a
+type with a link split, whose held-out flags join the sort key), plus the part's halo as bits
+with running counts (``halo.BitRank``: a quarter byte per node of the source type; one byte
+per node while finding it; its IDs written block by block); never the part's, let alone the
+graph's, edges at once. The part is written into a temporary folder
 and renamed into place when complete, with ``part.json`` (its index and dispatch id); then its
 integrity manifest is computed from the files on this machine.
 """

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from graphprep.formats import EdgeType
+from graphprep.formats.partitioned import HELD_OUT_MASKS
 
 from graphprep.trainer.config import LINK_MASKS, masked_etypes
 from graphprep.trainer.data.shuffle import KeyedPermutation
@@ -114,7 +115,7 @@ def without_held_out(part: LocalPart) -> LocalPart:
     follow the filter."""
     masked = masked_etypes(part.graph)
     tail = [et for et in masked if et in part.graph.held_out_last]
-    drop = {et: part.edge_data(et, "val_mask").bool() | part.edge_data(et, "test_mask").bool()
+    drop = {et: torch.stack([part.edge_data(et, m).bool() for m in HELD_OUT_MASKS]).any(0)
             for et in masked if et not in tail}
     return part.without_held_out_tail(tail).without_edges(drop)
 

@@ -144,7 +144,9 @@ class LocalPart:
         csc = self.csc.get(etype)
         if csc is None or (csc.stored_pos is None and csc.ends is None):
             return stored
-        return stored.index_select(0, csc.stored(csc.served_positions()))
+        # the copy's stored positions, or the stored CSC's served heads
+        return stored.index_select(0, csc.stored_pos if csc.ends is None
+                                   else csc.served_positions())
 
     def stored_edge_data(self, etype: EdgeType, name: str) -> torch.Tensor:
         """Edge data ``name`` of ``etype`` as the part stores it (the stored CSC's order, all

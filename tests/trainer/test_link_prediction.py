@@ -197,7 +197,7 @@ def test_cora_link_prediction_two_parts_beats_auc_090_then_embed_matches(cora_li
     _, graph_json = cora_link
     metrics = tmp_path / "m.json"
     proc = run_trainer("--graph", graph_json, "--task", "link", "--fanouts", "10,10",
-                       "--batch-size", 256, "--epochs", 15, "--lr", 0.01, "--hidden", 64,
+                       "--batch-size", 256, "--epochs", 10, "--lr", 0.01, "--hidden", 64,
                        "--no-progress", "--threads", 1, "--metrics-out", metrics,
                        "--checkpoint-dir", tmp_path / "ckpt")
     assert proc.returncode == 0, proc.stderr[-3000:]

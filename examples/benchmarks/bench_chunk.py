@@ -3,7 +3,9 @@
 (a) prep synth at 10^7 edges: edges/s and peak RSS per worker (2 workers);
 (b) CSV -> chunked for 10^7 edges vs a single-process pyarrow.csv.read_csv +
     parquet.write_table baseline in the same run: time ratio and peak-RSS ratio;
-(c) peak RSS per worker of synth at 10^7 vs 10^8 edges (should stay flat).
+(c) peak RSS per worker of synth at 10^7 vs 10^8 edges (should stay flat);
+(d) the CPU an idle embedded cluster (2 workers) uses, against the same cluster with Dask's
+    defaults for its profiler and event-loop check (``cluster.IDLE_QUIET`` undone).
 
 Times exclude the Dask cluster's start (reported apart): a job on an existing cluster
 (``--scheduler``) does not pay it. Run from the project root:
@@ -101,6 +103,33 @@ def cluster_start_seconds() -> float:
     return round(time.perf_counter() - t, 2)
 
 
+def idle_cluster_cpu(window_s: float) -> dict:
+    """CPU seconds per minute that an idle 2-worker embedded cluster costs (this process, where
+    its scheduler runs, and its workers), ours and with Dask's defaults."""
+    from graphprep.pipeline.core import cluster
+
+    def measure() -> float:
+        import psutil
+        with cluster.local_cluster(2):
+            me = psutil.Process()
+            procs = [me, *me.children(recursive=True)]
+            before = [sum(p.cpu_times()[:2]) for p in procs]
+            time.sleep(window_s)
+            used = sum(sum(p.cpu_times()[:2]) - b for p, b in zip(procs, before))
+        return round(used * 60 / window_s, 2)
+
+    ours = measure()
+    saved = cluster.CLUSTER_CONFIG
+    cluster.CLUSTER_CONFIG = cluster.WORKER_ENVIRON        # Dask's profiler and tick back
+    try:
+        defaults = measure()
+    finally:
+        cluster.CLUSTER_CONFIG = saved
+    return {"window_s": window_s, "graphprep_cpu_s_per_min": ours,
+            "dask_defaults_cpu_s_per_min": defaults,
+            "ratio": round(ours / defaults, 3) if defaults else None}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="10^6/10^7 instead of 10^7/10^8")
@@ -116,6 +145,7 @@ def main():
     try:
         result = {"machine": {"cpus": os.cpu_count()},
                   "cluster_start_s": cluster_start_seconds(),
+                  "idle_cluster": idle_cluster_cpu(3.0 if args.quick else 30.0),
                   "synth": bench_synth(os.path.join(tmp, "s7"), e7, 32),
                   "csv_to_chunked": bench_csv(tmp, e7),
                   "synth_scaling": {"small": bench_synth(os.path.join(tmp, "a"), e7, 16),

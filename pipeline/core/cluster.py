@@ -170,6 +170,16 @@ def check_embedded(options: ClusterOptions, workers: int) -> None:
 # docs/clusters.md for workers you start yourself.
 WORKER_ENVIRON = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 
+# An idle embedded cluster of 2 workers used 4.3 s of CPU every 30 s (14% of a core) with
+# Dask's defaults: the statistical profiler samples each worker's threads every 10 ms, and
+# every process checks its event loop every 20 ms. Without the profiler and with a 1 s check,
+# 1.2 s. Both only feed the dashboard (its profile page stays empty; a blocked event loop is
+# still reported, to the second); a step spends this while it waits on its slowest task and
+# on every cluster start and close (examples/benchmarks/RESULTS.md, "An idle cluster's CPU").
+IDLE_QUIET = {"distributed.worker.profile.enabled": False,
+              "distributed.admin.tick.interval": "1s"}
+CLUSTER_CONFIG = {**WORKER_ENVIRON, **IDLE_QUIET}
+
 # The adaptive threshold has its own cost: once a 32 MB array is freed, every array up to 32 MB
 # goes on the heap, whose freed holes stay resident. A fixed 8 MB threshold keeps chunk-sized
 # temporaries on the heap and returns larger ones to the OS at free. Only the multilevel
@@ -205,7 +215,7 @@ def local_cluster(workers: int, memory_limit: str | int = "auto",
     import dask
     from distributed import LocalCluster
 
-    with dask.config.set(WORKER_ENVIRON):
+    with dask.config.set(CLUSTER_CONFIG):
         return _keeping_nannies(LocalCluster)(
             n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
             dashboard_address="127.0.0.1:0", silence_logs=worker_logs, **kwargs)
@@ -257,7 +267,7 @@ def _named_cluster(names, memory_limit, worker_logs: int = QUIET_WORKER_LOGS):
                                              "silence_logs": worker_logs}} for n in names}
     import dask
 
-    with dask.config.set(WORKER_ENVIRON):
+    with dask.config.set(CLUSTER_CONFIG):
         scheduler = {"cls": Scheduler, "options": {"dashboard_address": "127.0.0.1:0",
                                                    "host": "127.0.0.1"}}
         return _keeping_nannies(SpecCluster)(workers=workers, silence_logs=worker_logs,

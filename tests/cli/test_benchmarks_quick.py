@@ -185,8 +185,14 @@ def test_every_benchmark_has_a_quick_test():
 
 def test_bench_chunk(runs):
     r = runs.json("chunk")
-    assert set(r) == {"machine", "cluster_start_s", "synth", "csv_to_chunked", "synth_scaling"}
+    assert set(r) == {"machine", "cluster_start_s", "idle_cluster", "synth", "csv_to_chunked",
+                      "synth_scaling"}
     assert positive(r["cluster_start_s"])
+    idle = r["idle_cluster"]
+    assert idle["window_s"] == 3.0
+    assert positive(idle["graphprep_cpu_s_per_min"])
+    assert positive(idle["dask_defaults_cpu_s_per_min"])
+    assert positive(idle["ratio"])
     for run, edges in ((r["synth"], 10**4), (r["synth_scaling"]["small"], 10**4),
                        (r["synth_scaling"]["large"], 10**5)):
         assert run["edges"] == edges and run["nodes"] == edges // 10, run

@@ -170,10 +170,10 @@ def check_embedded(options: ClusterOptions, workers: int) -> None:
 # docs/clusters.md for workers you start yourself.
 WORKER_ENVIRON = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 
-# An idle embedded cluster of 2 workers used 4.3 s of CPU every 30 s (14% of a core) with
+# An idle embedded cluster of 2 workers used 8.3 s of CPU a minute (14% of a core) with
 # Dask's defaults: the statistical profiler samples each worker's threads every 10 ms, and
 # every process checks its event loop every 20 ms. Without the profiler and with a 1 s check,
-# 1.2 s. Both only feed the dashboard (its profile page stays empty; a blocked event loop is
+# 2.7 s. Both only feed the dashboard (its profile page stays empty; a blocked event loop is
 # still reported, to the second); a step spends this while it waits on its slowest task and
 # on every cluster start and close (examples/benchmarks/RESULTS.md, "An idle cluster's CPU").
 IDLE_QUIET = {"distributed.worker.profile.enabled": False,

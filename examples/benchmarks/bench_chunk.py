@@ -5,7 +5,7 @@
     parquet.write_table baseline in the same run: time ratio and peak-RSS ratio;
 (c) peak RSS per worker of synth at 10^7 vs 10^8 edges (should stay flat);
 (d) the CPU an idle embedded cluster (2 workers) uses, against the same cluster with Dask's
-    defaults for its profiler and event-loop check (``cluster.IDLE_QUIET`` undone).
+    defaults for its profiler and event-loop check (``local_cluster`` without ``cluster.IDLE_QUIET``).
 
 Times exclude the Dask cluster's start (reported apart): a job on an existing cluster
 (``--scheduler``) does not pay it. Run from the project root:
@@ -108,9 +108,9 @@ def idle_cluster_cpu(window_s: float) -> dict:
     its scheduler runs, and its workers), ours and with Dask's defaults."""
     from graphprep.pipeline.core import cluster
 
-    def measure() -> float:
+    def measure(config: dict) -> float:
         import psutil
-        with cluster.local_cluster(2):
+        with cluster.local_cluster(2, config=config):
             me = psutil.Process()
             procs = [me, *me.children(recursive=True)]
             before = [sum(p.cpu_times()[:2]) for p in procs]
@@ -118,13 +118,8 @@ def idle_cluster_cpu(window_s: float) -> dict:
             used = sum(sum(p.cpu_times()[:2]) - b for p, b in zip(procs, before))
         return round(used * 60 / window_s, 2)
 
-    ours = measure()
-    saved = cluster.CLUSTER_CONFIG
-    cluster.CLUSTER_CONFIG = cluster.WORKER_ENVIRON        # Dask's profiler and tick back
-    try:
-        defaults = measure()
-    finally:
-        cluster.CLUSTER_CONFIG = saved
+    ours = measure(cluster.CLUSTER_CONFIG)
+    defaults = measure(cluster.WORKER_ENVIRON)           # Dask's profiler and tick back
     return {"window_s": window_s, "graphprep_cpu_s_per_min": ours,
             "dask_defaults_cpu_s_per_min": defaults,
             "ratio": round(ours / defaults, 3) if defaults else None}

@@ -55,6 +55,12 @@ def part_bytes(folder: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(folder) for f in fs)
 
 
+def mb_per_s(mb: float, seconds_taken: float) -> float:
+    """A rate to three significant figures: whole MB/s read 0 for a quick run's 0.3 MB part on
+    a loaded machine."""
+    return float(f"{mb / max(seconds_taken, 1e-9):.3g}")
+
+
 def measure_part(graph_json: str, p: int, repeat: int) -> dict:
     g = load_partitioned(graph_json)
     folder, manifest = g.part_path(p), g.parts[p].manifest
@@ -67,10 +73,8 @@ def measure_part(graph_json: str, p: int, repeat: int) -> dict:
                                     repeat),
            "default_check_s": seconds(lambda: check_part(g, p), repeat),
            "verify_data_check_s": seconds(lambda: check_part(g, p, verify_data=True), repeat)}
-    # three significant figures: a whole-MB rounding read 0 MB/s for a quick run's 0.3 MB part
-    # on a loaded machine
-    out["structure_mb_per_s"] = float(f"{out['part_mb'] / max(out['structure_s'], 1e-9):.3g}")
-    out["full_hash_mb_per_s"] = float(f"{out['part_mb'] / max(out['full_hashes_s'], 1e-9):.3g}")
+    out["structure_mb_per_s"] = mb_per_s(out["part_mb"], out["structure_s"])
+    out["full_hash_mb_per_s"] = mb_per_s(out["part_mb"], out["full_hashes_s"])
     return out
 
 

@@ -209,13 +209,15 @@ QUIET_WORKER_LOGS = logging.CRITICAL
 
 
 def local_cluster(workers: int, memory_limit: str | int = "auto",
-                  worker_logs: int = QUIET_WORKER_LOGS, **kwargs):
+                  worker_logs: int = QUIET_WORKER_LOGS, config: dict = CLUSTER_CONFIG,
+                  **kwargs):
     """A ``LocalCluster`` of ``workers`` single-threaded processes on this host (a context
-    manager), with the worker environment above; Dask logs below ``worker_logs`` are dropped."""
+    manager), its processes started under the Dask ``config`` (default: the worker environment
+    and the idle settings above); Dask logs below ``worker_logs`` are dropped."""
     import dask
     from distributed import LocalCluster
 
-    with dask.config.set(CLUSTER_CONFIG):
+    with dask.config.set(config):
         return _keeping_nannies(LocalCluster)(
             n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
             dashboard_address="127.0.0.1:0", silence_logs=worker_logs, **kwargs)

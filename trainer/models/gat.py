@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphprep.trainer.batch import Layer
-from graphprep.trainer.models.common import LayerStack, aggregate_mean, key, project
+from graphprep.trainer.models.common import LayerStack, aggregate_mean, fast_dropout, key, project
 
 
 def _glorot(t: torch.Tensor) -> None:
@@ -119,7 +119,7 @@ class GATConv(nn.Module):
         if a_edge is not None:
             logits = logits + a_edge
         alpha = edge_softmax(F.leaky_relu(logits, self.negative_slope), dst, n_dst)
-        return wh, edge_index, F.dropout(alpha, self.dropout, self.training)
+        return wh, edge_index, fast_dropout(alpha, self.dropout, self.training)
 
     def forward(self, h_src: torch.Tensor, n_dst: int, edge_index: torch.Tensor,
                 edge_attr: torch.Tensor | None = None,

@@ -5,7 +5,11 @@
     parquet.write_table baseline in the same run: time ratio and peak-RSS ratio;
 (c) peak RSS per worker of synth at 10^7 vs 10^8 edges (should stay flat);
 (d) the CPU an idle embedded cluster (2 workers) uses, against the same cluster with Dask's
-    defaults for its profiler and event-loop check (``local_cluster`` without ``cluster.IDLE_QUIET``).
+    defaults for its profiler and event-loop check (``local_cluster`` without ``cluster.IDLE_QUIET``);
+(e) what a step pays per set of tasks beyond the tasks' own time: sets of 2 tasks that each
+    take 0, 30 or 150 ms, run by the steps' ``TaskRunner`` (failures named, lost workers
+    watched) against Dask's own ``client.map`` + ``client.gather`` of the same tasks on the
+    same cluster (the floor), in ms per set.
 
 Times exclude the Dask cluster's start (reported apart): a job on an existing cluster
 (``--scheduler``) does not pay it. Run from the project root:
@@ -125,6 +129,37 @@ def idle_cluster_cpu(window_s: float) -> dict:
             "ratio": round(ours / defaults, 3) if defaults else None}
 
 
+def _busy(seconds: float) -> float:
+    """A task that holds its worker thread for ``seconds`` (a stand-in for a step's task)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+    return seconds
+
+
+def task_set_overhead(sets: int) -> dict:
+    """ms per set of 2 tasks above the tasks' own time, ours and Dask's map + gather, for
+    tasks of 0, 30 and 150 ms (``sets`` sets each, after one to warm up)."""
+    from graphprep.pipeline.core.cluster import TaskRunner
+
+    out = {}
+    with fresh_cluster() as (_, client):
+        runner = TaskRunner(client, progress=False)
+        ways = {"graphprep": lambda items: runner(_busy, items),
+                "dask_map_gather": lambda items: client.gather(client.map(_busy, items,
+                                                                          pure=False))}
+        for ms in (0, 30, 150):
+            items = [ms / 1000] * 2
+            for way, run in ways.items():
+                run(items)
+                t = time.perf_counter()
+                for _ in range(sets):
+                    run(items)
+                per_set = (time.perf_counter() - t) / sets * 1000
+                out.setdefault(f"task_{ms}_ms", {})[way] = round(per_set - ms, 1)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="10^6/10^7 instead of 10^7/10^8")
@@ -141,6 +176,7 @@ def main():
         result = {"machine": {"cpus": os.cpu_count()},
                   "cluster_start_s": cluster_start_seconds(),
                   "idle_cluster": idle_cluster_cpu(3.0 if args.quick else 30.0),
+                  "task_set_overhead_ms": task_set_overhead(3 if args.quick else 40),
                   "synth": bench_synth(os.path.join(tmp, "s7"), e7, 32),
                   "csv_to_chunked": bench_csv(tmp, e7),
                   "synth_scaling": {"small": bench_synth(os.path.join(tmp, "a"), e7, 16),

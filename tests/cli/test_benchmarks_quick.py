@@ -185,8 +185,13 @@ def test_every_benchmark_has_a_quick_test():
 
 def test_bench_chunk(runs):
     r = runs.json("chunk")
-    assert set(r) == {"machine", "cluster_start_s", "idle_cluster", "synth", "csv_to_chunked",
-                      "synth_scaling"}
+    assert set(r) == {"machine", "cluster_start_s", "idle_cluster", "task_set_overhead_ms",
+                      "synth", "csv_to_chunked", "synth_scaling"}
+    assert set(r["task_set_overhead_ms"]) == {"task_0_ms", "task_30_ms", "task_150_ms"}
+    for each in r["task_set_overhead_ms"].values():
+        # the tasks' own time taken off (they hold their thread that long): what is left
+        assert set(each) == {"graphprep", "dask_map_gather"} and all(
+            seconds(v) for v in each.values()), each
     assert positive(r["cluster_start_s"])
     idle = r["idle_cluster"]
     assert idle["window_s"] == 3.0

@@ -21,7 +21,7 @@ import numpy as np
 
 from graphprep.formats import ChunkedGraph, EdgeType
 from graphprep.formats.assignment import Assignment
-from graphprep.formats.validate import NAN_POLICIES
+from graphprep.formats.finite import NAN_POLICIES
 from graphprep.formats.fields import data_fields
 
 RANGE_SIZE = 1 << 17  # nodes per relabel task and per destination sub-range of a part

@@ -7,12 +7,23 @@ if __name__ != "graphprep.formats":  # the bare folder name, e.g. from the repos
     raise ImportError(f"import graphprep.formats, not {__name__}: graphprep installs one package, "
                       "graphprep (pip install -e . in the repository)")
 
-from graphprep.formats.errors import FormatError
-from graphprep.formats.schema import (ChunkedGraph, ChunkFiles, EdgeType, even_chunks,
-                                      load_chunked_graph, FORMAT_VERSION, METADATA)
-from graphprep.formats.arrays import read_array_chunk, read_edge_chunk
-from graphprep.formats.validate import validate_chunked_graph
+# What each name is imported from, on first use (PEP 562): a trainer rank imports
+# graphprep.formats.partitioned and needs neither pyarrow nor fsspec, which the chunked
+# graph's modules import.
+_EXPORTS = {"FormatError": "errors", "ChunkedGraph": "schema", "ChunkFiles": "schema",
+            "EdgeType": "schema", "even_chunks": "schema", "load_chunked_graph": "schema",
+            "FORMAT_VERSION": "schema", "METADATA": "schema", "read_array_chunk": "arrays",
+            "read_edge_chunk": "arrays", "validate_chunked_graph": "validate"}
+__all__ = list(_EXPORTS)
 
-__all__ = ["FormatError", "ChunkedGraph", "ChunkFiles", "EdgeType", "even_chunks",
-           "load_chunked_graph", "FORMAT_VERSION", "METADATA", "read_array_chunk",
-           "read_edge_chunk", "validate_chunked_graph"]
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'graphprep.formats' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"graphprep.formats.{_EXPORTS[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -17,10 +17,11 @@ import numpy as np
 
 from graphprep.formats.arrays import array_info, read_array_chunk
 from graphprep.formats.errors import FormatError
+from graphprep.formats.finite import check_finite
 from graphprep.formats.schema import METADATA, ChunkedGraph, ChunkFiles
 from graphprep.formats.sparse import CSR, CsrRows, as_rows, concat_rows
 from graphprep.formats.storage import join
-from graphprep.formats.validate import FieldSpec, check_finite
+from graphprep.formats.validate import FieldSpec
 
 log = logging.getLogger(__name__)
 

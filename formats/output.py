@@ -17,8 +17,6 @@ from contextlib import contextmanager, suppress
 from importlib import metadata as importlib_metadata
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from graphprep.formats.errors import FormatError
 from graphprep.formats.sparse import DIM_KEY, CsrRows, csr_paths, is_csr
@@ -171,6 +169,9 @@ def writing(path: str):
 
 def write_edge_chunk(path: str, src: np.ndarray, dst: np.ndarray) -> None:
     """Write one edge chunk: Parquet with int64 columns ``src`` and ``dst``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     columns = {"src": pa.array(np.asarray(src, dtype=np.int64)),
                "dst": pa.array(np.asarray(dst, dtype=np.int64))}
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -208,6 +209,9 @@ def save_csr(base: str, rows: CsrRows) -> None:
 def write_csr_parquet(path: str, rows: CsrRows) -> None:
     """One chunk of a sparse field in a chunked graph: list columns ``indices`` and ``values``
     (the list offsets are ``indptr``), the width in the schema metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     offsets = pa.array(np.asarray(rows.indptr, dtype=np.int32 if rows.nnz < 2**31 else
                                   np.int64))
     kind = pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray

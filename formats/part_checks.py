@@ -33,7 +33,7 @@ from graphprep.formats.integrity import PART_JSON, check_part_files, npy_data_by
     read_part_json
 from graphprep.formats.partitioned import PartitionedGraph
 from graphprep.formats.sparse import CSR, csr_paths
-from graphprep.formats.validate import check_finite
+from graphprep.formats.finite import check_finite
 
 SLICE_ELEMENTS = 1 << 22
 # the bounded check at every rank's start: per array at most this many slices of this many

@@ -22,12 +22,15 @@ On disk (FORMATS.md, "Sparse data"):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
 
 from graphprep.formats.errors import FormatError
 from graphprep.formats.storage import parquet_file
+
+if TYPE_CHECKING:      # pyarrow is imported where a Parquet chunk is read (see storage.py)
+    import pyarrow as pa
 
 CSR = "csr"                                   # ChunkFiles.format and a field spec's "format"
 CSR_ARRAYS = ("indptr", "indices", "values")
@@ -180,6 +183,8 @@ def csr_from_lists(indices: pa.Array, values: pa.Array | None, dim: int, *,
     their values (None: every value 1.0, multi-hot), checked: no null row, values as long as
     indices in every row, indices in ``[0, dim)``. Raises :class:`FormatError` naming the row
     (``row0``: the file row of the columns' first row)."""
+    import pyarrow as pa
+
     if isinstance(indices, pa.ChunkedArray):
         indices = indices.combine_chunks()
     if isinstance(values, pa.ChunkedArray):
@@ -218,6 +223,8 @@ def csr_from_lists(indices: pa.Array, values: pa.Array | None, dim: int, *,
 def read_csr_parquet(path: str, dim: int | None = None) -> CsrRows:
     """A chunk written by ``output.write_csr_parquet`` (``dim``: the width metadata.json declares;
     None: the file's own). Raises :class:`FormatError` naming the file."""
+    import pyarrow as pa
+
     pf = parquet_file(path)
     try:
         table = pf.read()

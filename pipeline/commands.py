@@ -10,7 +10,7 @@ import click
 
 from graphprep.formats import load_chunked_graph, validate_chunked_graph
 from graphprep.pipeline.core.cli_types import FiniteFloat
-from graphprep.formats.validate import NAN_POLICIES
+from graphprep.formats.finite import NAN_POLICIES
 from graphprep.pipeline import api
 from graphprep.pipeline.rmat import MAX_SCALE
 from graphprep.pipeline.synth import GENERATORS, PLANTED_DEFAULTS, RMAT_DEFAULTS

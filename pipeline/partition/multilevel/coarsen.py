@@ -193,6 +193,9 @@ def _proposals(task: RoundTask, start: int, stop: int, row: np.ndarray, cl: np.n
     own = np.asarray(labels[start:stop])
     vw = np.asarray(lv.vwgt()[start:stop])
     chunks = [slice(a, a + CANDIDATES) for a in range(0, max(len(cl), 1), CANDIDATES)]
+    # mapped once here, not per room check: small ranges make thousands of checks
+    saturated = np.load(task.files.saturated(), mmap_mode="r") if task.avoid_saturated \
+        else None
     self_conn = np.zeros(stop - start, dtype=np.int64)
     for c in chunks:          # first all own connections: a row's may lie in a later chunk
         r = row[c]
@@ -202,7 +205,8 @@ def _proposals(task: RoundTask, start: int, stop: int, row: np.ndarray, cl: np.n
     for c in chunks:
         r, w = row[c], conn[c]
         take = (cl[c] != own[r]) & (w > self_conn[r])
-        won.append(_best_fitting(task, start, stop, vw, cw, r[take], cl[c][take], w[take]))
+        won.append(_best_fitting(task, start, stop, vw, cw, saturated, r[take], cl[c][take],
+                                 w[take]))
     row, cl, conn, tie = (np.concatenate(x) for x in zip(*won))
     pick = best_per_row(row, conn, tie)
     tie = (tie[pick] >> np.uint64(1)).astype(np.int64)
@@ -215,37 +219,39 @@ def _proposals(task: RoundTask, start: int, stop: int, row: np.ndarray, cl: np.n
 
 
 def _best_fitting(task: RoundTask, start: int, stop: int, vw: np.ndarray, cw: np.ndarray,
-                  row: np.ndarray, cl: np.ndarray, conn: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                  saturated: np.ndarray | None, row: np.ndarray, cl: np.ndarray,
+                  conn: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per row of these candidates (sorted by (row, cluster)), the one of largest connection
-    (then tie hash) whose cluster has room: ``(row, cluster, connection, tie hash)``."""
+    (then tie hash) whose cluster has room: ``(row, cluster, connection, tie hash)``
+    (``saturated``: the clusters' flags, where the round avoids saturated ones)."""
     tie = mix(task.seed, task.files.round, 2, start + row, cl)
     # Tried first on each row's best candidate alone: the room check gathers a cluster
     # weight row per candidate from the O(nodes) mapped file, most of propose's time when
     # done for every candidate (1.36 of 3.4 s).
     fits = np.zeros(len(row), dtype=bool)
     best = best_per_row(row, conn, tie)
-    fits[best] = _room(task, vw, cw, row[best], cl[best])
+    fits[best] = _room(task, vw, cw, saturated, row[best], cl[best])
     retry = np.flatnonzero(~fits[best])
     if len(retry):                                   # rows whose best is full: all the rest
         full = np.zeros(stop - start, dtype=bool)
         full[row[best[retry]]] = True
         again = full[row]
         again[best] = False
-        fits[again] = _room(task, vw, cw, row[again], cl[again])
+        fits[again] = _room(task, vw, cw, saturated, row[again], cl[again])
     keep = np.flatnonzero(fits)
     pick = keep[best_per_row(row[keep], conn[keep], tie[keep])]
     return row[pick], cl[pick], conn[pick], tie[pick]
 
 
-def _room(task: RoundTask, vw: np.ndarray, cw: np.ndarray, row: np.ndarray,
-          cl: np.ndarray) -> np.ndarray:
+def _room(task: RoundTask, vw: np.ndarray, cw: np.ndarray, saturated: np.ndarray | None,
+          row: np.ndarray, cl: np.ndarray) -> np.ndarray:
     """Whether cluster ``cl`` (by the round's weights) has room for local row ``row`` in every
-    constraint (a weightless node fits anywhere), and is not saturated when avoided."""
+    constraint (a weightless node fits anywhere), and is not flagged in ``saturated`` (None:
+    the round does not avoid saturated clusters)."""
     w = vw[row]
     fits = ((np.asarray(cw[cl]) + w <= np.asarray(task.caps)) | (w == 0)).all(axis=1)
-    if task.avoid_saturated:
-        fits &= np.asarray(np.load(task.files.saturated(), mmap_mode="r")[cl]) == 0
+    if saturated is not None:
+        fits &= np.asarray(saturated[cl]) == 0
     return fits
 
 

@@ -6,7 +6,11 @@ alternately by the baseline commit's trainer (checked out into a temporary git w
 from there: its own ``trainer`` and ``formats`` packages) and by this tree's. Reports each one's
 mean epoch time over the runs (first epoch of each run excluded), the ratio, and whether the
 per-epoch losses and accuracies are identical (same seed: same sampling, same initial weights,
-same dropout draws, so they should be bit-equal). ``--quick``: a small graph, 2 epochs.
+same dropout draws, so they should be bit-equal). Dropout is off by default (``--dropout 0``):
+since commit 6ad4f59 the models draw their dropout mask with ``torch.rand``, the same
+distribution as torch's dropout from another random stream, so with dropout on the two runs
+differ from the first draw (``--dropout 0.5`` compares their speed that way).
+``--quick``: a small graph, 2 epochs.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ def run(tree: str, graph_json: str, workdir: str, name: str, args) -> dict:
     path, module = importable_tree(tree, workdir)
     cmd = [sys.executable, "-m", module, "--graph", graph_json, "--no-progress",
            "--epochs", str(args.epochs), "--fanouts", args.fanouts, "--batch-size",
-           str(args.batch_size), "--metrics-out", metrics, "--overwrite",
+           str(args.batch_size), "--dropout", str(args.dropout), "--metrics-out", metrics,
+           "--overwrite",
            "--checkpoint-dir", os.path.join(workdir, f"ckpt-{name}")]
     env = dict(os.environ, PYTHONPATH=path)
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
@@ -56,6 +61,8 @@ def main():
     ap.add_argument("--fanouts", default="10,5")
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=3, help="alternating runs of each")
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="the runs' --dropout (bit-equal runs need 0: see above)")
     ap.add_argument("--baseline", default=BASELINE, help="commit of the baseline trainer")
     ap.add_argument("--workdir", default=None, help="keep the prepared graph here")
     add_graph_options(ap)
@@ -83,7 +90,8 @@ def main():
     total = sum(load_partitioned(graph_json).num_edges.values())
     res = {"graph": args.graph, "edges": args.edges, "graph_edges": total,
            "epochs": args.epochs, "fanouts": args.fanouts,
-           "batch_size": args.batch_size, "repeats": args.repeats, "baseline": args.baseline,
+           "batch_size": args.batch_size, "dropout": args.dropout, "repeats": args.repeats,
+           "baseline_commit": args.baseline,
            "cores": os.cpu_count()}
     for name in runs:
         res[name] = {"epoch_s": round(epoch_s(name), 3),

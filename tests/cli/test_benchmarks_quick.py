@@ -514,7 +514,8 @@ def test_bench_dispatch(runs):
 
 def test_bench_model_parity(runs):
     r = runs.json("model_parity")
-    assert (r["edges"], r["epochs"], r["repeats"]) == (2 * 10**4, 2, 1)
+    assert (r["edges"], r["epochs"], r["repeats"], r["dropout"]) == (2 * 10**4, 2, 1, 0.0)
+    assert r["baseline_commit"] == "dc4bc56"
     for name in ("baseline", "now"):
         assert positive(r[name]["epoch_s"]) and fraction(r[name]["test_acc"]), r
     assert positive(r["epoch_time_ratio_now_over_baseline"])

@@ -540,6 +540,10 @@ def test_bench_models(runs):
             assert positive(run["mean_epoch_s"])
     timing = r["timing"]
     assert timing["device"] == "cpu" and timing["torch_threads"] >= 1
+    drop = timing["dropout"]
+    assert drop["shape"] == [2708, 1433] and drop["p"] == 0.5, drop
+    assert positive(drop["ours_ms"]) and positive(drop["torch_ms"]), drop
+    assert positive(drop["ratio_ours_over_torch"]), drop
     for name in ("cora", "citeseer", "synth"):
         t = timing[name]
         assert t["batches"] >= 1 and positive(t["edges_per_epoch"]), t

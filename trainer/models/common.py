@@ -49,9 +49,10 @@ def project(lin: torch.nn.Linear, h) -> torch.Tensor:
 def fast_dropout(h: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """Dropout of a dense tensor ``h``: each entry kept with probability ``1 - p`` and scaled
     by ``1 / (1 - p)``, the distribution of ``torch.nn.functional.dropout``, with the mask
-    drawn by ``torch.rand``. On CPU torch's kernel draws one Bernoulli per entry, 4x slower
-    (61 against 15 ms for Cora's 2,708 x 1,433 inputs on one thread): a third of a rank's
-    time in Cora link prediction. Holds one mask the size of ``h``."""
+    drawn by ``torch.rand``. On CPU torch's kernel draws one Bernoulli per entry, about twice
+    as slow (63 against 29 ms a call on Cora's 2,708 x 1,433 inputs, one thread:
+    ``bench_models.py``'s ``timing.dropout``), and it took a third of a Cora link-prediction
+    rank's time. Holds one mask the size of ``h``."""
     if not training or p == 0:
         return h
     if p >= 1:

@@ -147,7 +147,7 @@ class PeriodicSampler:
 
 class WorkerMemorySampler(PeriodicSampler):
     """Samples, from this process, every Dask worker process it has started (those of
-    :func:`fresh_cluster`: children running multiprocessing's ``spawn_main``), every
+    :func:`fresh_cluster`: ``cluster.embedded_workers``, forked or spawned), every
     ``interval_s``: per process the peak *anonymous* memory (``RssAnon``: heap, numpy
     arrays), the peak file-backed resident pages (``RssFile + RssShmem``: memory-mapped
     files, which the kernel can drop and reread, and shared libraries) and ``VmHWM``. From
@@ -157,7 +157,7 @@ class WorkerMemorySampler(PeriodicSampler):
     of process ``root`` whose command line holds ``marker`` (a trainer's ranks)."""
 
     def __init__(self, interval_s: float = 0.05, refresh_s: float = 0.5,
-                 root: int | None = None, marker: str = "spawn_main"):
+                 root: int | None = None, marker: str | None = None):
         super().__init__(interval_s)
         self.root, self.marker = root, marker     # whose descendants; what their command holds
         self.refresh_every = max(1, round(refresh_s / interval_s))
@@ -168,15 +168,20 @@ class WorkerMemorySampler(PeriodicSampler):
 
     def _refresh(self) -> None:
         import psutil
+
+        from graphprep.pipeline.core.cluster import embedded_workers
         try:
             children = psutil.Process(self.root).children(recursive=True)
+            workers = {p.pid for p in embedded_workers(self.root)} if self.marker is None \
+                else None
         except psutil.Error:          # the root has exited: its processes are gone too
             return
         for child in children:
             if child.pid in self.peaks or child.pid in self._known_other:
                 continue
             try:
-                worker = self.marker in " ".join(child.cmdline())
+                worker = (child.pid in workers if workers is not None
+                          else self.marker in " ".join(child.cmdline()))
             except psutil.Error:
                 continue
             if worker:

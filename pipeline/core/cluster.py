@@ -178,7 +178,49 @@ WORKER_ENVIRON = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": 
 # on every cluster start and close (examples/benchmarks/RESULTS.md, "An idle cluster's CPU").
 IDLE_QUIET = {"distributed.worker.profile.enabled": False,
               "distributed.admin.tick.interval": "1s"}
-CLUSTER_CONFIG = {**WORKER_ENVIRON, **IDLE_QUIET}
+
+# Dask's nannies spawn each worker as a fresh interpreter that imports Dask, numpy and pyarrow
+# again: about 1 s of CPU per worker at every cluster start. A forkserver imports them once per
+# cluster and forks each worker from that state (Dask's own test suite starts its workers so).
+# The forkserver is a fresh single-threaded process, so forking it is safe; what it imports is
+# WORKER_PRELOAD only (Dask's own list adds pandas, which no step uses, and imports it in this
+# process too), and never torch (tests/cli/test_no_torch.py).
+FORKED_WORKERS = {"distributed.worker.multiprocessing-method": "forkserver"}
+WORKER_PRELOAD = ("distributed", "numpy", "pyarrow", "pyarrow.parquet")
+CLUSTER_CONFIG = {**WORKER_ENVIRON, **IDLE_QUIET, **FORKED_WORKERS}
+
+
+def embedded_workers(root: int | None = None) -> list:
+    """The Dask worker processes that the embedded clusters of process ``root`` (default: this
+    process) run now, as ``psutil.Process`` objects: those forked from its forkserver, and any
+    spawned (a nanny restarts a worker outside the cluster's start, with Dask's method). For
+    benchmarks and tests that sample or kill workers from outside; holds nothing."""
+    import psutil
+
+    def command(p) -> str:
+        return " ".join(p.cmdline())
+
+    found = []
+    for child in psutil.Process(root).children(recursive=True):
+        try:
+            if "spawn_main" in command(child) or (
+                    "multiprocessing.forkserver" in command(child.parent())):
+                found.append(child)
+        except (psutil.Error, AttributeError):     # gone, or its parent gone (None)
+            pass
+    return found
+
+
+def _preload_worker_modules() -> None:
+    """Name the modules the forkserver imports before it forks workers, once per process and
+    before Dask names its own (``distributed.utils.get_mp_context`` sets them only while its
+    flag is down)."""
+    import multiprocessing
+
+    from distributed import utils
+    if not getattr(utils, "_forkserver_preload_set", True):
+        multiprocessing.get_context("forkserver").set_forkserver_preload(list(WORKER_PRELOAD))
+        utils._forkserver_preload_set = True
 
 # The adaptive threshold has its own cost: once a 32 MB array is freed, every array up to 32 MB
 # goes on the heap, whose freed holes stay resident. A fixed 8 MB threshold keeps chunk-sized
@@ -217,6 +259,7 @@ def local_cluster(workers: int, memory_limit: str | int = "auto",
     import dask
     from distributed import LocalCluster
 
+    _preload_worker_modules()
     with dask.config.set(config):
         return _keeping_nannies(LocalCluster)(
             n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
@@ -269,6 +312,7 @@ def _named_cluster(names, memory_limit, worker_logs: int = QUIET_WORKER_LOGS):
                                              "silence_logs": worker_logs}} for n in names}
     import dask
 
+    _preload_worker_modules()
     with dask.config.set(CLUSTER_CONFIG):
         scheduler = {"cls": Scheduler, "options": {"dashboard_address": "127.0.0.1:0",
                                                    "host": "127.0.0.1"}}

@@ -23,7 +23,8 @@ import pytest
 from distributed import Client
 
 from faultkit import PREP, ROOT, assert_clean_exit, run_cli
-from graphprep.pipeline.core.cluster import LostWorkerError, TaskRunner, local_cluster
+from graphprep.pipeline.core.cluster import (LostWorkerError, TaskRunner, embedded_workers,
+                                             local_cluster)
 
 TIMEOUT = 3.0          # the lost-worker timeout of these tests
 MARGIN = 25.0          # polling, Dask's own calls returning, a loaded machine
@@ -160,12 +161,12 @@ def test_cli_step_whose_workers_are_all_killed_exits_1_naming_them(tmp_path):
     me = psutil.Process(proc.pid)
     partial = tmp_path / ".G.partial"
     deadline = time.monotonic() + 120
-    while not any(partial.glob("*/*/*/part-*")) or not _workers_of(me):   # tasks ran
+    while not any(partial.glob("*/*/*/part-*")) or not embedded_workers(me.pid):   # tasks ran
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
     killed_at = time.monotonic()
     while proc.poll() is None and time.monotonic() < killed_at + 5 + MARGIN + 30:
-        for child in _workers_of(me):
+        for child in embedded_workers(me.pid):
             try:
                 child.kill()
             except psutil.Error:
@@ -182,18 +183,6 @@ def test_cli_step_whose_workers_are_all_killed_exits_1_naming_them(tmp_path):
     last = [ln for ln in text.splitlines() if ln.strip()][-1]
     assert "worker 0 (tcp://" in last and "worker 1 (tcp://" in last, last
     assert not out.exists() and not partial.exists()
-
-
-def _workers_of(process: psutil.Process) -> list[psutil.Process]:
-    """The Dask worker processes an embedded cluster's nannies started."""
-    out = []
-    for child in process.children(recursive=True):
-        try:
-            if "spawn_main" in " ".join(child.cmdline()):
-                out.append(child)
-        except psutil.Error:
-            pass
-    return out
 
 
 @pytest.fixture(autouse=True)

@@ -110,13 +110,18 @@ def dask_client(options: ClusterOptions, worker_names: tuple[str, ...] = ()):
             yield client
         return
     check_embedded(options, len(worker_names) or options.workers)
+    import dask
+
+    # for the cluster's life: a worker restarted between passes is forked too
     if worker_names:
-        with _named_cluster(worker_names, options.memory_limit, worker_logs) as cluster, \
+        with dask.config.set(FORKED_WORKERS), _named_cluster(
+                worker_names, options.memory_limit, worker_logs) as cluster, \
                 Client(cluster) as client:
             _log_dashboard(client)
             yield client
         return
-    with local_cluster(options.workers, options.memory_limit, worker_logs) as cluster, \
+    with dask.config.set(FORKED_WORKERS), local_cluster(
+            options.workers, options.memory_limit, worker_logs) as cluster, \
             Client(cluster) as client:
         log.info("embedded Dask cluster: %d workers", options.workers)
         _log_dashboard(client)

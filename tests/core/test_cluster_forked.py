@@ -5,12 +5,14 @@ forked, not spawned")."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
 from distributed import Client
 
-from graphprep.pipeline.core.cluster import WORKER_PRELOAD, _named_cluster, local_cluster
+from graphprep.pipeline.core.cluster import (WORKER_PRELOAD, ClusterOptions, _named_cluster,
+                                             dask_client, local_cluster)
 
 
 def start_state() -> tuple[str, list[str]]:
@@ -31,3 +33,14 @@ def test_embedded_workers_are_forked_with_the_preloaded_modules(make):
         states = list(client.run(start_state).values())
     assert states == [("forkserver", sorted(WORKER_PRELOAD))] * 2, states
     assert "torch" not in WORKER_PRELOAD        # prep's workers never import torch
+
+
+def test_a_steps_worker_restarted_between_passes_is_forked_too():
+    """A ``prep`` step's embedded cluster (``dask_client``) keeps the method for its life: the
+    nanny's restart (``graphprep.pipeline.core.recycle``) forks the new worker as well."""
+    with dask_client(ClusterOptions(progress=False)) as client:
+        before = client.run(os.getpid)
+        client.restart_workers(list(before))
+        after = client.run(start_state)
+        assert set(client.run(os.getpid).values()).isdisjoint(before.values())
+    assert list(after.values()) == [("forkserver", sorted(WORKER_PRELOAD))] * 2, after

@@ -11,15 +11,16 @@ from distributed import Client
 from conftest import assign, options
 
 from graphprep.pipeline.core.memory import anon_bytes
-from graphprep.pipeline.core.cluster import TaskRunner, local_cluster
+from graphprep.pipeline.core.cluster import FORKED_WORKERS, TaskRunner, local_cluster
 from graphprep.pipeline.core.recycle import (AUTO_RECYCLE_MB, RECYCLE_MB_KEY, Recycler,
                                              on_every_worker, recycle_limit_bytes)
 
 
 @pytest.fixture
 def own_cluster():
-    """A cluster of this test's own: restarts must not touch the session's workers."""
-    with local_cluster(2) as cluster, Client(cluster) as client:
+    """A cluster of this test's own: restarts must not touch the session's workers; restarted
+    workers are forked, as in a ``prep`` step's embedded cluster."""
+    with dask.config.set(FORKED_WORKERS), local_cluster(2) as cluster, Client(cluster) as client:
         yield client
 
 

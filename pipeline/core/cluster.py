@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+import multiprocessing
 import os
 import threading
 import time
@@ -185,12 +186,14 @@ IDLE_QUIET = {"distributed.worker.profile.enabled": False,
               "distributed.admin.tick.interval": "1s"}
 
 # Dask's nannies spawn each worker as a fresh interpreter that imports Dask, numpy and pyarrow
-# again: about 1 s of CPU per worker at every cluster start. A forkserver imports them once per
-# cluster and forks each worker from that state (Dask's own test suite starts its workers so).
+# again. A forkserver imports them once per process and forks each worker from that state
+# (Dask's own test suite starts its workers so): a third less CPU per cluster start, a fifth
+# less per small prep command (examples/benchmarks/RESULTS.md, "Workers forked, not spawned").
 # The forkserver is a fresh single-threaded process, so forking it is safe; what it imports is
 # WORKER_PRELOAD only (Dask's own list adds pandas, which no step uses, and imports it in this
 # process too), and never torch (tests/cli/test_no_torch.py).
-FORKED_WORKERS = {"distributed.worker.multiprocessing-method": "forkserver"}
+FORKED_WORKERS = ({"distributed.worker.multiprocessing-method": "forkserver"}
+                  if "forkserver" in multiprocessing.get_all_start_methods() else {})  # not Windows
 WORKER_PRELOAD = ("distributed", "numpy", "pyarrow", "pyarrow.parquet")
 CLUSTER_CONFIG = {**WORKER_ENVIRON, **IDLE_QUIET, **FORKED_WORKERS}
 
@@ -198,7 +201,7 @@ CLUSTER_CONFIG = {**WORKER_ENVIRON, **IDLE_QUIET, **FORKED_WORKERS}
 def embedded_workers(root: int | None = None) -> list:
     """The Dask worker processes that the embedded clusters of process ``root`` (default: this
     process) run now, as ``psutil.Process`` objects: those forked from its forkserver, and any
-    spawned (a nanny restarts a worker outside the cluster's start, with Dask's method). For
+    spawned (a worker that a nanny restarted outside ``FORKED_WORKERS``' config). For
     benchmarks and tests that sample or kill workers from outside; holds nothing."""
     import psutil
 
@@ -220,10 +223,8 @@ def _preload_worker_modules() -> None:
     """Name the modules the forkserver imports before it forks workers, once per process and
     before Dask names its own (``distributed.utils.get_mp_context`` sets them only while its
     flag is down)."""
-    import multiprocessing
-
     from distributed import utils
-    if not getattr(utils, "_forkserver_preload_set", True):
+    if FORKED_WORKERS and not getattr(utils, "_forkserver_preload_set", True):
         multiprocessing.get_context("forkserver").set_forkserver_preload(list(WORKER_PRELOAD))
         utils._forkserver_preload_set = True
 

@@ -11,8 +11,11 @@ import sys
 import pytest
 from distributed import Client
 
-from graphprep.pipeline.core.cluster import (WORKER_PRELOAD, ClusterOptions, _named_cluster,
-                                             dask_client, local_cluster)
+from graphprep.pipeline.core.cluster import (FORKED_WORKERS, WORKER_PRELOAD, ClusterOptions,
+                                             _named_cluster, dask_client, local_cluster)
+
+pytestmark = pytest.mark.skipif(not FORKED_WORKERS, reason="no forkserver on this platform "
+                                "(Windows): workers are spawned there")
 
 
 def start_state() -> tuple[str, list[str]]:

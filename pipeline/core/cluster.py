@@ -188,7 +188,9 @@ IDLE_QUIET = {"distributed.worker.profile.enabled": False,
 # Dask's nannies spawn each worker as a fresh interpreter that imports Dask, numpy and pyarrow
 # again. A forkserver imports them once per process and forks each worker from that state
 # (Dask's own test suite starts its workers so): a third less CPU per cluster start, a fifth
-# less per small prep command (examples/benchmarks/RESULTS.md, "Workers forked, not spawned").
+# less per small prep command, and less memory on the machine; each worker's RssAnon counts the
+# pages it shares with the forkserver, so it reads higher (examples/benchmarks/RESULTS.md,
+# "Workers forked, not spawned").
 # The forkserver is a fresh single-threaded process, so forking it is safe; what it imports is
 # WORKER_PRELOAD only (Dask's own list adds pandas, which no step uses, and imports it in this
 # process too), and never torch (tests/cli/test_no_torch.py).

@@ -171,23 +171,30 @@ class WorkerMemorySampler(PeriodicSampler):
 
         from graphprep.pipeline.core.cluster import embedded_workers
         try:
-            children = psutil.Process(self.root).children(recursive=True)
-            workers = {p.pid for p in embedded_workers(self.root)} if self.marker is None \
-                else None
+            found = ([p.pid for p in embedded_workers(self.root)] if self.marker is None
+                     else self._marked())
         except psutil.Error:          # the root has exited: its processes are gone too
             return
-        for child in children:
+        for pid in found:
+            self.peaks.setdefault(pid, {"anon": 0, "file": 0, "hwm": 0, "alive": 1})
+
+    def _marked(self) -> list[int]:
+        """New descendants of ``root`` whose command line holds ``marker`` (each process's
+        command line is read once)."""
+        import psutil
+        found = []
+        for child in psutil.Process(self.root).children(recursive=True):
             if child.pid in self.peaks or child.pid in self._known_other:
                 continue
             try:
-                worker = (child.pid in workers if workers is not None
-                          else self.marker in " ".join(child.cmdline()))
+                marked = self.marker in " ".join(child.cmdline())
             except psutil.Error:
                 continue
-            if worker:
-                self.peaks[child.pid] = {"anon": 0, "file": 0, "hwm": 0, "alive": 1}
+            if marked:
+                found.append(child.pid)
             else:
                 self._known_other.add(child.pid)
+        return found
 
     def sample(self) -> None:
         with self._lock:

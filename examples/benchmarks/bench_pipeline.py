@@ -156,7 +156,8 @@ def main():
     ap.add_argument("--large", action="store_true", help="also run 10 x --edges")
     ap.add_argument("--huge", action="store_true",
                     help="only 10^9 edges, without the in-memory baseline (it would hold "
-                         "~40 GB); needs over 68 GB of free disk (68 GB ran out in dispatch, 2026-11-29)")
+                         "~40 GB); needs 79 GB of free disk (enough on 2026-11-29; 68 GB ran out in "
+                         "dispatch)")
     ap.add_argument("--parts", type=int, default=4)
     ap.add_argument("--method", default="random", help="partition method")
     add_graph_options(ap)

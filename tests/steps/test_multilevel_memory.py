@@ -206,6 +206,29 @@ def test_summed_pieces_concatenate_ordered_pieces_and_sum_the_others():
         np.testing.assert_array_equal(got[1], want[1])
 
 
+@pytest.mark.parametrize("order", ["rows", "runs", "none"])
+def test_presorted_sums_and_distinct_keys_are_those_of_the_plain_sort(order):
+    """``presorted`` picks the sort algorithm only: on CSR rows, sorted runs and keys in no
+    order the sums, the distinct keys and their order are the plain sort's."""
+    from graphprep.pipeline.core.arrayops import unique_ints
+    from graphprep.pipeline.partition.multilevel.layout import sum_by_key
+    rng = np.random.default_rng(9)
+    if order == "rows":                  # row << 20 | column, rows ascending
+        keys = (np.sort(rng.integers(0, 4000, 60000)) << 20) | rng.integers(0, 5000, 60000)
+    elif order == "runs":
+        keys = np.concatenate([np.sort(rng.integers(0, 10**7, 7000)) for _ in range(9)])
+    else:
+        keys = rng.integers(0, 10**7, 60000)
+    for wgt in (rng.integers(1, 9, len(keys)), np.full(len(keys), 3),
+                rng.integers(1, 9, (len(keys), 2))):
+        want = sum_by_key(keys, wgt)
+        got = sum_by_key(keys, wgt, presorted=True)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(unique_ints(keys, presorted=True), unique_ints(keys))
+    assert len(want[0]) == len(np.unique(keys))
+
+
 def test_propose_holds_a_hub_row_within_about_a_block(tmp_path, monkeypatch):
     """Coarsening's propose on a range whose row 7 has 4x a block's entries (a hub
     cluster's coarse node; 2x at level 1 of the planted 10^9 graph), most clusters full so

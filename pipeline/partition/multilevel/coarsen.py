@@ -121,8 +121,13 @@ def _connections(rows: np.ndarray, lab: np.ndarray, wgt: np.ndarray, take: np.nd
     sorted (every cluster a singleton, round 0), so no sort is needed."""
     if distinct:
         return rows[take], lab[take], wgt[take]
-    keys, conn = sum_by_key(rows[take] * n + lab[take], wgt[take])
-    return keys // n, keys % n, conn
+    shift = max(int(n - 1).bit_length(), 1)       # a shift, not a product: no division back
+    keys = rows[take] << shift
+    keys |= lab[take]
+    keys, conn = sum_by_key(keys, wgt[take], presorted=True)
+    lab = keys & ((1 << shift) - 1)
+    keys >>= shift
+    return keys, lab, conn
 
 
 def propose(task: RoundTask) -> np.ndarray:

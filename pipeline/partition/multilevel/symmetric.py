@@ -94,7 +94,9 @@ def build_range(task: RangeTask) -> tuple[int, int]:
     csr = CSRWriter(lv, r, len(blocks))
     entries = 0
     for _, _, lo, hi in blocks:
-        keys = unique_ints(read_spans(sub_spans(task.keys, lo, hi))[:, 0], inplace=True)
+        # each chunk's slice is sorted: the block is as many sorted runs as chunks
+        keys = unique_ints(read_spans(sub_spans(task.keys, lo, hi))[:, 0], inplace=True,
+                           presorted=True)
         csr.add(keys // n - start, keys % n, None)
         entries += len(keys)
         del keys                              # not held while the next block is read

@@ -120,14 +120,22 @@ def _connections(rows: np.ndarray, lab: np.ndarray, wgt: np.ndarray, take: np.nd
     cluster). ``distinct``: the taken entries are already distinct by (row, cluster) and
     sorted (every cluster a singleton, round 0), so no sort is needed."""
     if distinct:
-        return rows[take], lab[take], wgt[take]
+        return _taken(take, rows, lab, wgt)
     shift = max(int(n - 1).bit_length(), 1)       # a shift, not a product: no division back
-    keys = rows[take] << shift
-    keys |= lab[take]
-    keys, conn = sum_by_key(keys, wgt[take], presorted=True)
+    keys = rows << shift
+    keys |= lab
+    keys, conn = sum_by_key(*_taken(take, keys, wgt), presorted=True)
     lab = keys & ((1 << shift) - 1)
     keys >>= shift
     return keys, lab, conn
+
+
+def _taken(take, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``a[take]`` of each array; a boolean mask through ``np.compress``, which is 4x faster
+    than boolean indexing in numpy 2.4 (1.3M entries: 4.1 ms against 13.7-19.6 ms for two)."""
+    if isinstance(take, np.ndarray) and take.dtype == bool:
+        return tuple(np.compress(take, a) for a in arrays)
+    return tuple(a[take] for a in arrays)
 
 
 def propose(task: RoundTask) -> np.ndarray:

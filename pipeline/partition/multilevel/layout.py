@@ -302,9 +302,9 @@ def summed_pieces(pieces: Iterable[tuple[np.ndarray, np.ndarray]], limit: int
                   ) -> tuple[np.ndarray, np.ndarray]:
     """``sum_by_key`` of the ``(keys, values)`` pairs of ``pieces`` together, summed as they
     come; each piece's keys are one or more sorted runs. Holds one piece and the distinct keys
-    summed so far (re-summed once they pass
-    ``limit``, unless every piece's keys are increasing and above the last piece's: the
-    pieces of a row of distinct neighbours, which are only concatenated)."""
+    summed so far (re-summed once they pass ``limit``, unless every piece's keys are
+    increasing and above the last piece's: the pieces of a row of distinct neighbours, which
+    are only concatenated)."""
     done_k, done_w, held, ordered, last = [], [], 0, True, None
     for k, w in pieces:
         if not _increasing(k):

@@ -57,9 +57,7 @@ def write_map(task: ContractTask) -> None:
     write_rows(task.fine.path("cmap.npy"), start,
                np.where(keep, task.offset + np.cumsum(keep) - 1, -1))
     cw = np.asarray(np.load(task.cw, mmap_mode="r")[start:stop])[keep]
-    vw = task.coarse.vwgt("r+")
-    vw[task.offset:task.offset + len(cw)] = cw
-    vw.flush()
+    write_rows(task.coarse.path("vwgt.npy"), task.offset, cw)
 
 
 def write_f2c(task: ContractTask) -> None:

@@ -29,7 +29,7 @@ from graphprep.pipeline.partition.multilevel import layout
 from graphprep.pipeline.partition.multilevel.buckets import (Span, key_blocks, read_spans,
                                                              span_rows, spans_into, sub_spans,
                                                              write_bucketed)
-from graphprep.pipeline.partition.multilevel.layout import CSRWriter, Level, new_array
+from graphprep.pipeline.partition.multilevel.layout import CSRWriter, Level, new_array, write_rows
 
 
 @dataclass(frozen=True)
@@ -101,27 +101,28 @@ def build_range(task: RangeTask) -> tuple[int, int]:
         entries += len(keys)
         del keys                              # not held while the next block is read
     csr.close()
-    vw = lv.vwgt("r+")
+    vw = np.array(lv.vwgt()[start:stop])
     ids = np.arange(start, stop)
     col = 0
     if task.type_columns:
         for off, count in task.type_spans:
-            vw[start:stop, col] = (ids >= off) & (ids < off + count)
+            vw[:, col] = (ids >= off) & (ids < off + count)
             col += 1
     else:
-        vw[start:stop, col] = 1
+        vw[:, col] = 1
         col += 1
     trains = 0
     if task.train is not None:
         for (off, count), field in zip(task.type_spans, task.train):
             a, b = max(start, off), min(stop, off + count)
             if field is not None and a < b:
-                vw[a:b, col] = np.asarray(field.read(a - off, b - off)).astype(bool)
-        trains = int(vw[start:stop, col].sum())
+                vw[a - start:b - start, col] = np.asarray(field.read(a - off, b - off)
+                                                          ).astype(bool)
+        trains = int(vw[:, col].sum())
         col += 1
     if task.with_in_degree:
-        vw[start:stop, col] = degree
-    vw.flush()
+        vw[:, col] = degree
+    write_rows(lv.path("vwgt.npy"), start, vw)
     return entries, trains
 
 
@@ -203,9 +204,7 @@ def fold_range(task: FoldTask) -> None:
     columns = constraint_columns(base, task.balance, totals, lv.num_nodes)
     if counts_combined(task.balance):      # coarsening and refinement still count nodes
         columns.insert(0, base["ntypes"])
-    out = np.load(task.target, mmap_mode="r+")
-    out[start:stop] = np.concatenate(columns, axis=1)
-    out.flush()
+    write_rows(task.target, start, np.concatenate(columns, axis=1))
 
 
 def fold_constraints(level: Level, balance: tuple[str, ...], totals: np.ndarray,

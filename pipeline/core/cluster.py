@@ -16,6 +16,8 @@ from typing import Callable, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
+from graphprep.pipeline.core.simd import worker_numpy_environ
+
 
 log = logging.getLogger(__name__)
 
@@ -224,11 +226,29 @@ def embedded_workers(root: int | None = None) -> list:
 def _preload_worker_modules() -> None:
     """Name the modules the forkserver imports before it forks workers, once per process and
     before Dask names its own (``distributed.utils.get_mp_context`` sets them only while its
-    flag is down)."""
+    flag is down); then start it, in the environment its numpy needs (``simd.py``)."""
     from distributed import utils
     if FORKED_WORKERS and not getattr(utils, "_forkserver_preload_set", True):
         multiprocessing.get_context("forkserver").set_forkserver_preload(list(WORKER_PRELOAD))
         utils._forkserver_preload_set = True
+        _start_forkserver(worker_numpy_environ())
+
+
+def _start_forkserver(environ: dict[str, str]) -> None:
+    """Start this process's forkserver (if it is not running) with ``environ`` added to its
+    environment, which every worker forked from it inherits; this process's own environment
+    is restored at once."""
+    from multiprocessing import forkserver
+    saved = {k: os.environ.get(k) for k in environ}
+    os.environ.update(environ)
+    try:
+        forkserver.ensure_running()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 # The adaptive threshold has its own cost: once a 32 MB array is freed, every array up to 32 MB
 # goes on the heap, whose freed holes stay resident. A fixed 8 MB threshold keeps chunk-sized

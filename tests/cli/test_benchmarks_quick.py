@@ -65,6 +65,7 @@ RUNS = {
     "moonshot": ["--workdir", "{work}/w"],
     "pyg_loader": ["--workdir", "{work}/w"],
     "dispatch": ["--workdir", "{work}/w"],
+    "numpy_sort": [],
 }
 # runs of a script under another name: the script's second mode
 SCRIPTS = {"train_curve": "train", "train_curve_link": "train"}
@@ -671,6 +672,18 @@ def test_quick_demo(runs):
     assert (out / "cora-embeddings").is_dir()
     assert json.load(open(out / "cora-train.json"))["summary"]["test_acc"] == pytest.approx(
         cora, abs=1e-4)
+
+
+def test_bench_numpy_sort(runs):
+    r = runs.json("numpy_sort")
+    assert r["keys"] == 1 << 16
+    for side in filter(None, (r["default"], r["without_avx512"])):
+        assert all(positive(v) for k, v in side.items() if k.endswith("_ns"))
+    if r["numpy_avx512_targets"]:                # x86-64: the second side ran without them
+        assert r["without_avx512"]["avx512_sorts"] is False
+    if "NPY_DISABLE_CPU_FEATURES" not in os.environ:
+        assert r["workers_environment"] == ({"NPY_DISABLE_CPU_FEATURES": r[
+            "numpy_avx512_targets"]} if r["avx512_sort_is_slow"] else {})
 
 
 def test_bench_synth_rmat(runs):

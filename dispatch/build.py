@@ -27,6 +27,7 @@ from graphprep.formats.npyio import NpyWriter, npy_shape, read_rows
 from graphprep.formats.partitioned import HELD_OUT_MASKS, MESSAGE_END, has_split_masks
 from graphprep.formats.sparse import CSR, csr_paths
 from graphprep.dispatch.halo import BitRank, find_halo
+from graphprep.pipeline.core.arrayops import stable_argsort
 from graphprep.dispatch.plan import DispatchPlan, atomic_folder
 
 
@@ -212,10 +213,10 @@ def _write_csc(plan: DispatchPlan, et: EdgeType, p: int, node_map, halo: BitRank
         rows = _gather_rows(files, slices)          # [m, 3]: new dst, new src, edge ID
         dst = rows[:, 0] - sub_start
         if message_end is None:
-            order = np.argsort(dst, kind="stable")  # ties keep chunk (= edge ID) order
+            order = stable_argsort(dst)  # ties keep chunk (= edge ID) order
         else:
             held = _held_out(files, slices, feats)
-            order = np.argsort(dst * 2 + held, kind="stable")   # held-out edges last
+            order = stable_argsort(dst * 2 + held)   # held-out edges last
             kept = np.bincount(dst[~held], minlength=sub_end - sub_start)
             del held
         counts = np.bincount(dst, minlength=sub_end - sub_start)

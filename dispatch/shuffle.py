@@ -18,6 +18,7 @@ from graphprep.formats import EdgeType
 from graphprep.formats.output import write_array_chunk
 from graphprep.formats.validate import read_checked_edges
 from graphprep.dispatch.plan import DispatchPlan, atomic_folder
+from graphprep.pipeline.core.arrayops import stable_argsort
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def bucket_edges(task: BucketTask) -> bool:
     new_dst = np.asarray(np.load(plan.map_path(et.dst), mmap_mode="r")[dst])
     starts = np.array([r[0] for r in task.dst_ranges])
     owner = np.searchsorted(starts, new_dst, side="right") - 1
-    order = np.argsort(new_dst, kind="stable")  # by destination: grouped by owner part too
+    order = stable_argsort(new_dst)  # by destination: grouped by owner part too
     counts = np.bincount(owner, minlength=plan.num_parts)
     bounds = np.concatenate([[0], np.cumsum(counts)])
     eids = np.arange(task.start, task.stop, dtype=np.int64)

@@ -36,7 +36,7 @@ from graphprep.formats.partitioned import (HELD_OUT_MASKS, MESSAGE_END, Partitio
                                            load_partitioned)
 from graphprep.formats.sparse import CSR, concat_rows, csr_paths, is_csr, load_csr
 from graphprep.formats.validate import read_checked_edges
-from graphprep.pipeline.core.arrayops import unique_ints
+from graphprep.pipeline.core.arrayops import stable_argsort, unique_ints
 from graphprep.pipeline.core.cluster import ClusterOptions, TaskRunner, dask_client, workers_info
 from graphprep.dispatch.fingerprint import add_prints, edge_hash, new_prints, node_hash, row_hash
 from graphprep.dispatch.plan import RANGE_SIZE, data_fields
@@ -475,7 +475,7 @@ class _Guarded:
 def _check_edge_chunk(task) -> str | None:
     plan, et, k, path, start, stop = task
     rows = _gather(os.path.join(plan.work, "edges", et.dirname, f"c{k:05d}"), 5)
-    rows = rows[:, np.argsort(rows[0], kind="stable")]
+    rows = rows[:, stable_argsort(rows[0])]
     problem = _exactly_once(rows[0], start, stop)
     if problem:
         oid, what = problem.split(": ", 1)
@@ -502,7 +502,7 @@ def _check_node_range(task) -> str | None:
     plan, t, start, stop = task
     k = int(start // plan.range_size)
     rows = _gather(os.path.join(plan.work, "nodes", t, f"r{k:05d}"), 3)
-    rows = rows[:, np.argsort(rows[0], kind="stable")]
+    rows = rows[:, stable_argsort(rows[0])]
     problem = _exactly_once(rows[0], start, stop)
     if problem:
         oid, what = problem.split(": ", 1)

@@ -19,6 +19,30 @@ def sort_ints(values: np.ndarray, presorted: bool = False) -> None:
     values.sort(kind="stable" if presorted else "quicksort")
 
 
+def stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` of a 1-D integer array, the same permutation, as one
+    sort of ``key << b | position`` where every key is non-negative and that fits in 63
+    bits; else the stable argsort itself.
+
+    numpy's stable argsort is a merge sort of indices (86 ns per random int64 key here, or a
+    radix sort of 8- and 16-bit keys), while an int64 sort is SIMD code where numpy has it
+    (10 ns with AVX2, ``simd.py``; 50 ns where it has none). Holds one int64 array of the
+    keys' length, which it returns.
+    """
+    n = len(keys)
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    b = max(int(n - 1).bit_length(), 1)
+    if int(keys.min()) < 0 or int(keys.max()).bit_length() + b > 63:
+        return np.argsort(keys, kind="stable")
+    packed = keys.astype(np.int64)                  # a copy: the one array of the sort
+    packed <<= b
+    packed |= np.arange(n, dtype=np.int64)
+    packed.sort()
+    packed &= (1 << b) - 1
+    return packed
+
+
 def unique_ints(values: np.ndarray, *, inplace: bool = False,
                 presorted: bool = False) -> np.ndarray:
     """Sorted distinct values of a 1-D integer array (``np.unique`` without its cost).

@@ -39,3 +39,19 @@ def test_mix_is_the_chain_for_scalars_arrays_and_broadcasts(monkeypatch, block):
         assert type(got) is type(want) and np.shape(got) == np.shape(want)
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
         assert np.asarray(got).dtype == np.uint64
+
+
+@pytest.mark.parametrize("case", ["ties", "distinct", "one", "empty", "int32", "negative",
+                                  "too wide"])
+def test_stable_argsort_is_numpys_stable_argsort(case):
+    """The same permutation as ``np.argsort(kind="stable")``, ties in input order, whether it
+    packs positions into the keys or falls back (negative keys, keys too wide to pack)."""
+    rng = np.random.default_rng(2)
+    keys = {"ties": rng.integers(0, 50, 10_000), "distinct": rng.permutation(70_000),
+            "one": np.array([7]), "empty": np.array([], np.int64),
+            "int32": rng.integers(0, 1000, 5000).astype(np.int32),
+            "negative": rng.integers(-5, 5, 3000),
+            "too wide": rng.integers(0, 1 << 62, 3000) | (1 << 61)}[case]
+    got = arrayops.stable_argsort(keys)
+    np.testing.assert_array_equal(got, np.argsort(keys, kind="stable"))
+    assert len(got) == len(keys) and np.issubdtype(got.dtype, np.integer)

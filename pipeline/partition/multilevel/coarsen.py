@@ -38,7 +38,7 @@ from itertools import chain
 
 import numpy as np
 
-from graphprep.pipeline.core.arrayops import mix
+from graphprep.pipeline.core.arrayops import mix, stable_argsort
 from graphprep.pipeline.partition.multilevel import layout
 from graphprep.pipeline.partition.multilevel.buckets import (Span, TableFile, read_spans,
                                                              span_groups, span_rows, spans_into,
@@ -170,7 +170,7 @@ def _write_by_target(task: RoundTask, connect, decide) -> np.ndarray:
         tables.append(decide(task, start, stop, row, cl, conn, labels, cw))
         del row, cl, conn
     table = np.concatenate(tables)
-    table = table[np.argsort(table[:, 1], kind="stable")]
+    table = table[stable_argsort(table[:, 1])]
     return write_bucketed(f.scratch(f"p{task.r:05d}.bin"), table, table[:, 1],
                           _target_bounds(lv))
 
@@ -287,12 +287,12 @@ def accept(task: RoundTask) -> tuple[int, list, list]:
             turned_away.append(away)
             moved += len(moves)
             np.add.at(inc, moves[:, 1] - start, moves[:, FIXED:])
-            bynode = moves[:, :2][np.argsort(moves[:, 0], kind="stable")]
+            bynode = moves[:, :2][stable_argsort(moves[:, 0])]
             by_node.append(bynode, bynode[:, 0], _bounds(lv))
             del bynode
             byold = moves[:, [4] + list(range(FIXED, FIXED + lv.ncon))]
             del moves
-            byold = byold[np.argsort(byold[:, 0], kind="stable")]
+            byold = byold[stable_argsort(byold[:, 0])]
             by_old.append(byold, byold[:, 0], _bounds(lv))
             del byold
     turned_away = np.concatenate(turned_away) if turned_away else np.empty(0, np.int64)
@@ -438,9 +438,9 @@ def group_by_favourite(task: RoundTask) -> tuple[int, list, list]:
             moves = np.column_stack([rows[follow, 0], leader[follow], rows[follow, 2:]])
             del rows, leader
             followers += len(moves)
-            moves = moves[np.argsort(moves[:, 0], kind="stable")]
+            moves = moves[stable_argsort(moves[:, 0])]
             by_node.append(moves, moves[:, 0], _bounds(lv))
-            gains = moves[np.argsort(moves[:, 1], kind="stable")][:, 1:]
+            gains = moves[stable_argsort(moves[:, 1])][:, 1:]
             by_leader.append(gains, gains[:, 0], _bounds(lv))
     return followers, by_node.tables, by_leader.tables
 

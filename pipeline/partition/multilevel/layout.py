@@ -29,7 +29,7 @@ import numpy as np
 
 from graphprep.formats.npyio import npy_header_bytes, npy_header_of, read_npy_header
 from graphprep.formats.output import writing
-from graphprep.pipeline.core.arrayops import sort_ints
+from graphprep.pipeline.core.arrayops import sort_ints, stable_argsort
 
 # Entries plus rows of one block (``cut_points``): below the ~2.6M entries of a 2^17-node
 # range at 10^8 edges, so that a task holds no more at 10^9 edges than at 10^8.
@@ -303,7 +303,7 @@ def sum_by_key(keys: np.ndarray, values: np.ndarray, presorted: bool = False
         packed = _packed_sum(keys, values, presorted)
         if packed is not None:
             return packed
-    order = np.argsort(keys, kind="stable")
+    order = stable_argsort(keys)
     keys, values = keys[order], values[order]
     starts = _group_starts(keys)
     return keys[starts], np.add.reduceat(values, starts, axis=0)

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphprep.formats.npyio import write_rows
 from graphprep.formats.output import write_array_chunk
+from graphprep.pipeline.core.arrayops import stable_argsort
 from graphprep.dispatch.plan import DispatchPlan, atomic_folder
 
 
@@ -46,15 +48,13 @@ def relabel_range(task: RangeTask) -> bool:
     # Read (and checked) before anything is written: bad data fails the task first.
     data = {name: f.read(task.start, task.stop) for name, f in plan.node_fields.get(t, {}).items()}
     parts = np.asarray(plan.assignment.parts_of(t)[task.start:task.stop]).astype(np.int64)
-    order = np.argsort(parts, kind="stable")
+    order = stable_argsort(parts)
     counts = np.bincount(parts, minlength=plan.num_parts)
     group_start = np.concatenate([[0], np.cumsum(counts)[:-1]])
     rank = np.empty(len(parts), dtype=np.int64)
     rank[order] = np.arange(len(parts)) - group_start[parts[order]]
     new_ids = np.asarray(task.bases, dtype=np.int64)[parts] + rank
-    mapping = np.load(plan.map_path(t), mmap_mode="r+")
-    mapping[task.start:task.stop] = new_ids
-    mapping.flush()
+    write_rows(plan.map_path(t), task.start, new_ids)
     orig = np.arange(task.start, task.stop, dtype=np.int64)
     with atomic_folder(final) as tmp:
         for p in range(plan.num_parts):

@@ -1,4 +1,4 @@
-"""``.npy`` files read by row range and written sequentially, without memory-mapping.
+"""``.npy`` files read and written by row range, without memory-mapping.
 
 Memory-mapped pages a task touches count in its resident memory (and Dask's memory monitor
 sees them), so streaming steps read row ranges with a seek and write outputs front to back.
@@ -68,6 +68,26 @@ def read_rows(path: str, start: int, stop: int, out: np.ndarray | None = None) -
         if f.readinto(memoryview(out).cast("B")) != out.nbytes:
             raise ValueError(f"{path}: ends before row {stop}")
     return out
+
+
+def write_rows(path: str, start: int, values: np.ndarray) -> None:
+    """Write ``values`` (cast to the file's dtype) at rows ``start:`` of the C-ordered ``.npy``
+    at ``path`` with one positioned write; holds only ``values``. The counterpart of
+    :func:`read_rows` for files that tasks fill range by range. Not through a memory map and
+    its flush: ``msync`` wrote back every dirty page of the mapping, other tasks' rows
+    included, and waited for the disk (without it a 10^8-edge partition took 7-13% less).
+    Closing the file is what makes the rows visible to workers on other hosts sharing the
+    folder (NFS's close-to-open consistency). Raises ValueError when the rows do not fit the
+    file's shape."""
+    with open(path, "r+b") as f:
+        shape, dtype, offset = _header(f)
+        values = np.ascontiguousarray(values, dtype=dtype)
+        if values.shape[1:] != shape[1:] or not 0 <= start <= shape[0] - len(values):
+            raise ValueError(f"{path}: rows {start}:{start + len(values)} of shape "
+                             f"{values.shape[1:]} do not fit its {shape}")
+        f.seek(offset + start * dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64)))
+        with writing(path):
+            f.write(memoryview(values.reshape(-1)).cast("B"))
 
 
 def npy_header_bytes(dtype, shape) -> bytes:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphprep.formats import ChunkedGraph, FormatError
+from graphprep.formats.npyio import write_rows
 from graphprep.formats.schema import METADATA
 from graphprep.pipeline.partition.base import PartitionOptions, create_assignment_files
 from graphprep.pipeline.core.permutation import FeistelPermutation
@@ -33,10 +34,9 @@ class RandomSliceTask:
 
 
 def random_parts(task: RandomSliceTask) -> None:
+    """Write the parts of nodes ``[start, stop)`` of one type; holds that slice."""
     perm = FeistelPermutation(task.num_nodes, task.seed, stream=task.type_index)
-    parts = np.load(task.path, mmap_mode="r+")
-    parts[task.start:task.stop] = perm(np.arange(task.start, task.stop)) % task.num_parts
-    parts.flush()
+    write_rows(task.path, task.start, perm(np.arange(task.start, task.stop)) % task.num_parts)
 
 
 def check_every_part_gets_a_node(graph: ChunkedGraph, num_parts: int) -> None:

@@ -38,6 +38,7 @@ from itertools import chain
 
 import numpy as np
 
+from graphprep.formats.npyio import write_rows
 from graphprep.pipeline.core.arrayops import mix, stable_argsort
 from graphprep.pipeline.partition.multilevel import layout
 from graphprep.pipeline.partition.multilevel.buckets import (Span, TableFile, read_spans,
@@ -45,7 +46,7 @@ from graphprep.pipeline.partition.multilevel.buckets import (Span, TableFile, re
                                                              table_spans, write_bucketed)
 from graphprep.pipeline.partition.multilevel.layout import (Level, RangeCSR, best_per_row,
                                                             new_array, sum_by_key, summed_pieces,
-                                                            whole_rows, write_rows)
+                                                            whole_rows)
 
 log = logging.getLogger(__name__)
 

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphprep.formats.npyio import write_rows
 from graphprep.pipeline.partition.multilevel import layout
 from graphprep.pipeline.partition.multilevel.buckets import (Span, append_bucketed, key_blocks,
                                                              read_spans, span_rows, spans_into,
                                                              sub_spans)
 from graphprep.pipeline.partition.multilevel.layout import (CSRWriter, Level, narrowest, new_array,
-                                                            sum_by_key, summed_pieces, write_rows)
+                                                            sum_by_key, summed_pieces)
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphprep.formats.npyio import write_rows
 from graphprep.pipeline.core.arrayops import mix
 from graphprep.pipeline.partition.multilevel.layout import (Level, RangeCSR, best_per_row,
                                                             new_array, part_dtype, read_parts,
-                                                            sum_by_key, whole_rows, write_rows)
+                                                            sum_by_key, whole_rows)
 from graphprep.pipeline.partition.multilevel.refine import (GAIN_BITS, Connections, PartsTask,
                                                             connections, merge_histograms,
                                                             part_loads, write_parts)

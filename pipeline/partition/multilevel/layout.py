@@ -27,8 +27,8 @@ from operator import attrgetter
 
 import numpy as np
 
-from graphprep.formats.npyio import npy_header_bytes, npy_header_of, read_npy_header
-from graphprep.formats.output import writing
+from graphprep.formats.npyio import npy_header_bytes, npy_header_of
+from graphprep.formats.output import save_npy, writing
 from graphprep.pipeline.core.arrayops import sort_ints, stable_argsort
 
 # Entries plus rows of one block (``cut_points``): below the ~2.6M entries of a 2^17-node
@@ -143,7 +143,6 @@ def write_csr(level: Level, r: int, rows_local: np.ndarray, adj: np.ndarray,
               wgt: np.ndarray) -> None:
     """Write range ``r`` from entries sorted by (row, neighbour): int32 where the values fit,
     no weight file when every weight is 1."""
-    from graphprep.formats.output import save_npy
     start, stop = level.bounds(r)
     indptr = np.zeros(stop - start + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows_local, minlength=stop - start), out=indptr[1:])
@@ -188,7 +187,6 @@ class CSRWriter:
 
     def add(self, rows_local: np.ndarray, adj: np.ndarray, wgt: np.ndarray | None) -> None:
         """Entries of the next rows, sorted by (row, neighbour); ``wgt`` None: all 1."""
-        from graphprep.formats.output import writing
         if self.single:
             write_csr(self.level, self.r, rows_local, adj,
                       np.ones(len(adj), dtype=np.int64) if wgt is None else wgt)
@@ -212,7 +210,6 @@ class CSRWriter:
 
     def close(self) -> None:
         """Finish the files (a no-op after ``write_csr``)."""
-        from graphprep.formats.output import save_npy, writing
         if self.single:
             return
         indptr = np.zeros(len(self.counts) + 1, dtype=np.int64)
@@ -253,24 +250,6 @@ def _read_slice(path: str, data: tuple[np.dtype, int], lo: int, hi: int) -> np.n
 def narrowest(bound: int):
     """int32 for values below ``bound`` when that fits, else int64."""
     return np.int32 if bound <= np.iinfo(np.int32).max else np.int64
-
-
-def write_rows(path: str, start: int, values: np.ndarray) -> None:
-    """Write ``values`` (cast to the file's dtype) at rows ``start:`` of the ``.npy`` at
-    ``path`` with one positioned write. Not through a memory map and its flush: ``msync``
-    wrote back every dirty page of the mapping, other tasks' rows included, and waited for the
-    disk (without it a 10^8-edge partition took 7-13% less). Closing the file is what makes the rows visible to
-    workers on other hosts sharing the folder (NFS's close-to-open consistency). Raises
-    ValueError when the rows do not fit the file's shape."""
-    with open(path, "r+b") as f:
-        shape, dtype, offset, _ = read_npy_header(f)
-        values = np.ascontiguousarray(values, dtype=dtype)
-        if values.shape[1:] != shape[1:] or not 0 <= start <= shape[0] - len(values):
-            raise ValueError(f"{path}: rows {start}:{start + len(values)} of shape "
-                             f"{values.shape[1:]} do not fit its {shape}")
-        f.seek(offset + start * dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64)))
-        with writing(path):
-            f.write(memoryview(values.reshape(-1)).cast("B"))
 
 
 def part_dtype(num_parts: int):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphprep.formats import ChunkedGraph
+from graphprep.formats.npyio import write_rows
 
 from graphprep.pipeline.core.cluster import fix_mmap_threshold
 from graphprep.pipeline.core.recycle import on_every_worker
@@ -27,7 +28,7 @@ from graphprep.pipeline.partition.multilevel.budget import derive_budget, worker
 from graphprep.pipeline.partition.multilevel.coarsen import ISOLATED_SHARE, cluster, count_isolated
 from graphprep.pipeline.partition.multilevel.coarsest import CoarsestTask, partition_coarsest
 from graphprep.pipeline.partition.multilevel.contract import contract
-from graphprep.pipeline.partition.multilevel.layout import Level, write_rows
+from graphprep.pipeline.partition.multilevel.layout import Level
 from graphprep.pipeline.partition.multilevel.jet import JetState, jet_refine
 from graphprep.pipeline.partition.multilevel.refine import Refiner
 from graphprep.pipeline.partition.multilevel.sparsify import level_sparsifier, thin_level

@@ -33,12 +33,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphprep.formats.npyio import write_rows
 from graphprep.formats.output import save_npy
 
 from graphprep.pipeline.core.arrayops import mix
 from graphprep.pipeline.partition.multilevel.layout import (Level, best_per_row, new_array,
                                                             part_dtype, read_parts, sum_by_key,
-                                                            whole_rows, write_rows)
+                                                            whole_rows)
 
 log = logging.getLogger(__name__)
 

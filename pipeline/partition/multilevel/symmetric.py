@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType
+from graphprep.formats.npyio import write_rows
 from graphprep.formats.validate import read_checked_edges
 
 from graphprep.pipeline.core.arrayops import unique_ints
@@ -29,7 +30,7 @@ from graphprep.pipeline.partition.multilevel import layout
 from graphprep.pipeline.partition.multilevel.buckets import (Span, key_blocks, read_spans,
                                                              span_rows, spans_into, sub_spans,
                                                              write_bucketed)
-from graphprep.pipeline.partition.multilevel.layout import CSRWriter, Level, new_array, write_rows
+from graphprep.pipeline.partition.multilevel.layout import CSRWriter, Level, new_array
 
 
 @dataclass(frozen=True)

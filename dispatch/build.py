@@ -26,8 +26,8 @@ from graphprep.formats.integrity import (PART_JSON, FileRecord, PartStamp, part_
 from graphprep.formats.npyio import NpyWriter, npy_shape, read_rows
 from graphprep.formats.partitioned import HELD_OUT_MASKS, MESSAGE_END, has_split_masks
 from graphprep.formats.sparse import CSR, csr_paths
-from graphprep.dispatch.halo import BitRank, find_halo
 from graphprep.pipeline.core.arrayops import stable_argsort
+from graphprep.dispatch.halo import BitRank, find_halo
 from graphprep.dispatch.plan import DispatchPlan, atomic_folder
 
 

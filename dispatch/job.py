@@ -24,6 +24,7 @@ import numpy as np
 from graphprep.formats import FormatError, load_chunked_graph
 from graphprep.formats.assignment import load_assignment
 from graphprep.formats.integrity import dispatch_id
+from graphprep.formats.npyio import new_npy
 from graphprep.formats.output import (MANIFEST, link_files, read_manifest, restore_previous,
                                       same_work, side_paths, swap_into_place, write_json)
 from graphprep.formats.partitioned import GRAPH_JSON, PartInfo, PartitionedGraph
@@ -180,8 +181,7 @@ def _dispatch_into(plan: DispatchPlan, local: str, run: TaskRunner, out: str, in
         node_map[t], bases[t] = node_book(run(count_range, tasks, f"count {t}"))
         if not os.path.exists(plan.map_path(t)):
             os.makedirs(os.path.dirname(plan.map_path(t)), exist_ok=True)
-            np.lib.format.open_memmap(plan.map_path(t) + ".tmp.npy", mode="w+",
-                                      dtype=np.int64, shape=(graph.num_nodes[t],)).flush()
+            new_npy(plan.map_path(t) + ".tmp.npy", (graph.num_nodes[t],))
             os.replace(plan.map_path(t) + ".tmp.npy", plan.map_path(t))
     relabel = [RangeTask(plan, t, k, a, b, bases[t][k]) for t in graph.node_types
                for k, (a, b) in enumerate(plan.ranges(t))]

@@ -70,6 +70,18 @@ def read_rows(path: str, start: int, stop: int, out: np.ndarray | None = None) -
     return out
 
 
+def new_npy(path: str, shape: tuple[int, ...], dtype=np.int64) -> None:
+    """Create a C-ordered ``.npy`` of zeros of ``shape`` and ``dtype`` at ``path`` (the bytes
+    of ``np.save`` of ``np.zeros``) for tasks to fill range by range with :func:`write_rows`.
+    Writes only the header and sets the file's length: holds nothing, and the file system
+    stores no zeros until they are written."""
+    dtype, shape = np.dtype(dtype), tuple(int(x) for x in shape)
+    header = npy_header_bytes(dtype, shape)
+    with writing(path), open(path, "wb") as f:
+        f.write(header)
+        f.truncate(len(header) + dtype.itemsize * int(np.prod(shape, dtype=np.int64)))
+
+
 def write_rows(path: str, start: int, values: np.ndarray) -> None:
     """Write ``values`` (cast to the file's dtype) at rows ``start:`` of the C-ordered ``.npy``
     at ``path`` with one positioned write; holds only ``values``. The counterpart of

@@ -240,7 +240,8 @@ def cut_of(graph_dir, parts) -> int:
 def weighted_level(folder, edges, weights, range_size=4):
     """A level from an undirected edge list (unit edge weights) and ``[n, ncon]`` vertex
     weights whose first column counts nodes."""
-    from graphprep.pipeline.partition.multilevel.layout import Level, new_array, write_csr
+    from graphprep.formats.npyio import new_npy
+    from graphprep.pipeline.partition.multilevel.layout import Level, write_csr
 
     weights = np.asarray(weights, dtype=np.int64).reshape(len(weights), -1)
     n, ncon = weights.shape
@@ -255,7 +256,7 @@ def weighted_level(folder, edges, weights, range_size=4):
         order = np.lexsort((dst[mine], src[mine]))
         write_csr(level, r, src[mine][order] - start, dst[mine][order],
                   np.ones(int(mine.sum()), dtype=np.int64))
-    new_array(level.path("vwgt.npy"), (n, ncon))
+    new_npy(level.path("vwgt.npy"), (n, ncon))
     vw = level.vwgt("r+")
     vw[:] = weights
     vw.flush()

@@ -11,6 +11,7 @@ import numpy as np
 from graphprep.formats import ChunkedGraph, FormatError
 from graphprep.formats.schema import METADATA
 from graphprep.formats.fields import open_field
+from graphprep.formats.npyio import new_npy
 from graphprep.pipeline.partition.weights import counts_combined
 
 BALANCE_KEYS = ("ntypes", "train", "edges")
@@ -96,5 +97,4 @@ def require_a_node_per_part(graph: ChunkedGraph, num_parts: int) -> None:
 def create_assignment_files(graph: ChunkedGraph, out: str) -> None:
     """Pre-size ``out/<ntype>.npy`` so chunk tasks can fill their slices in place."""
     for t in graph.node_types:
-        np.lib.format.open_memmap(os.path.join(out, f"{t}.npy"), mode="w+", dtype=np.int32,
-                                  shape=(graph.num_nodes[t],)).flush()
+        new_npy(os.path.join(out, f"{t}.npy"), (graph.num_nodes[t],), np.int32)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from graphprep.formats.npyio import (NpyWriter, npy_header_bytes, npy_header_of, npy_shape,
-                                     read_npy_header, read_rows, write_rows)
+                                     new_npy, read_npy_header, read_rows, write_rows)
 
 
 def _saved(array: np.ndarray) -> bytes:
@@ -53,11 +53,12 @@ def test_damaged_header_raises_what_numpy_raises(tmp_path):
 
 
 def test_rows_written_in_any_order_are_np_save_of_the_whole(tmp_path):
-    """Ranges written out of order, cast to the file's dtype, give the bytes of ``np.save``;
+    """A new file is ``np.save`` of zeros; ranges written out of order, cast to the file's dtype, give the bytes of ``np.save``;
     rows that do not fit the file raise and leave it as it was."""
     whole = np.arange(40, dtype=np.int16).reshape(10, 4)
     path = str(tmp_path / "r.npy")
-    np.lib.format.open_memmap(path, mode="w+", dtype=np.int16, shape=whole.shape).flush()
+    new_npy(path, whole.shape, np.int16)
+    assert open(path, "rb").read() == _saved(np.zeros_like(whole))
     for start, stop in [(6, 10), (0, 3), (3, 6)]:
         write_rows(path, start, whole[start:stop].astype(np.int64))
     assert open(path, "rb").read() == _saved(whole)

@@ -294,12 +294,12 @@ def test_auto_picks_metis_when_it_fits_else_kaminpar_else_multilevel(homo, tmp_p
 
 def tiny_level(folder, edges, parts_now, range_size=4):
     """A level of unit-weight nodes from an undirected edge list, and its ``parts.npy``."""
-    from graphprep.pipeline.partition.multilevel.layout import new_array
+    from graphprep.formats.npyio import new_npy
 
     n = len(parts_now)
     level = weighted_level(folder, edges, np.ones((n, 1)), range_size)
     parts = level.path("parts.npy")
-    new_array(parts, (n,))
+    new_npy(parts, (n,))
     p = np.load(parts, mmap_mode="r+")
     p[:] = parts_now
     p.flush()

@@ -113,7 +113,8 @@ def test_stalled_coarsening_hands_metis_no_more_than_the_budget(graphs, tmp_path
 
 def weighted_edges_level(folder, n, edges, wgt, range_size):
     """A level from undirected edges with their weights (unit vertex weights)."""
-    from graphprep.pipeline.partition.multilevel.layout import Level, new_array, write_csr
+    from graphprep.formats.npyio import new_npy
+    from graphprep.pipeline.partition.multilevel.layout import Level, write_csr
 
     os.makedirs(folder, exist_ok=True)
     level = Level(str(folder), n, range_size, 1, 1)
@@ -124,7 +125,7 @@ def weighted_edges_level(folder, n, edges, wgt, range_size):
         mine = np.flatnonzero((src >= start) & (src < stop))
         mine = mine[np.lexsort((dst[mine], src[mine]))]
         write_csr(level, r, src[mine] - start, dst[mine], w[mine])
-    new_array(level.path("vwgt.npy"), (n, 1))
+    new_npy(level.path("vwgt.npy"), (n, 1))
     vw = level.vwgt("r+")
     vw[:] = 1
     vw.flush()

@@ -16,8 +16,9 @@ from graphprep.pipeline.partition.base import PartitionOptions
 from graphprep.pipeline.partition.multilevel import MultilevelPartitioner, buckets, coarsen, layout
 from graphprep.pipeline.partition.multilevel.contract import contract
 from graphprep.pipeline.partition.multilevel.jet import jet_apply, jet_propose, new_jet_files
-from graphprep.pipeline.partition.multilevel.layout import (CSRWriter, Level, cut_points, new_array,
-                                                  part_dtype, write_csr)
+from graphprep.formats.npyio import new_npy
+from graphprep.pipeline.partition.multilevel.layout import (CSRWriter, Level, cut_points,
+                                                            part_dtype, write_csr)
 from graphprep.pipeline.partition.multilevel.refine import (PartsTask, balance_histogram,
                                                   part_loads, refine_apply, refine_histogram)
 from graphprep.pipeline.partition.multilevel.symmetric import build_level0
@@ -125,9 +126,9 @@ def test_a_row_in_pieces_has_the_connections_of_the_whole_row(tmp_path, selected
     keys = np.unique(np.concatenate([row * n + col, 250 * n + hub2]))
     lv = Level(str(tmp_path), n, rows, 1, 1)
     write_csr(lv, 0, keys // n, keys % n, rng.integers(1, 50, len(keys)))
-    new_array(lv.path("vwgt.npy"), (n, 1))
+    new_npy(lv.path("vwgt.npy"), (n, 1))
     parts = lv.path("parts.npy")
-    new_array(parts, (n,), part_dtype(k))
+    new_npy(parts, (n,), part_dtype(k))
     np.load(parts, mmap_mode="r+")[:] = rng.integers(0, k, n)
     task = PartsTask(lv, 0, k, parts)
     select = (lambda own, vw, start: (np.arange(len(own)) + start) % 3 != 0) if selected \
@@ -159,10 +160,10 @@ def test_jet_apply_gains_a_row_in_pieces_as_whole(tmp_path, monkeypatch):
     row, col = random_entries(rng, n, n, hub=100)
     lv = Level(str(tmp_path), n, n, 1, 1)
     write_csr(lv, 0, row, col, rng.integers(1, 50, len(row)))
-    new_array(lv.path("vwgt.npy"), (n, 1))
+    new_npy(lv.path("vwgt.npy"), (n, 1))
     np.load(lv.path("vwgt.npy"), mmap_mode="r+")[:] = 1
     parts = lv.path("parts.npy")
-    new_array(parts, (n,), part_dtype(k))
+    new_npy(parts, (n,), part_dtype(k))
     p = np.where(np.arange(n) < n // 3, 0, 1 + rng.integers(0, k - 1, n) // (k - 1))
     p[100] = 0
     np.load(parts, mmap_mode="r+")[:] = p
@@ -177,7 +178,7 @@ def test_jet_apply_gains_a_row_in_pieces_as_whole(tmp_path, monkeypatch):
 
     def apply(limit):
         monkeypatch.setattr(layout, "BLOCK_ENTRIES", limit)
-        new_array(task.target, (n,), part_dtype(k))
+        new_npy(task.target, (n,), part_dtype(k))
         loads, moved = jet_apply((task, files))
         return loads.tolist(), moved, np.load(task.target)
 
@@ -464,8 +465,8 @@ def test_task_memory_is_bounded_by_the_block(homo, tmp_path, monkeypatch):
         n = level.num_nodes
         os.makedirs(level.path("coarsen"))                    # as cluster() leaves it
         labels, cw = level.path("coarsen/labels.npy"), level.path("coarsen/cw.npy")
-        new_array(labels, (n,))
-        new_array(cw, (n, level.ncon))
+        new_npy(labels, (n,))
+        new_npy(cw, (n, level.ncon))
         np.load(labels, mmap_mode="r+")[:] = np.arange(n) // 2 * 2     # pairs
         w = np.load(cw, mmap_mode="r+")
         w[::2] = np.add.reduceat(np.asarray(level.vwgt()), np.arange(0, n, 2))
@@ -473,13 +474,13 @@ def test_task_memory_is_bounded_by_the_block(homo, tmp_path, monkeypatch):
         (coarse, _), peaks["contract", limit] = traced(
             contract, level, labels, cw, str(root / "L1"), local_runner)
         parts = level.path("parts.npy")
-        new_array(parts, (n,), part_dtype(k))
+        new_npy(parts, (n,), part_dtype(k))
         np.load(parts, mmap_mode="r+")[:] = np.random.default_rng(3).integers(0, k, n)
         loads = part_loads(np.load(parts).astype(np.int64), np.asarray(level.vwgt()), k)
         caps = loads.sum(axis=0) / k * np.array([[1.03], [0.99]])      # refine, balance
         task = PartsTask(level, 0, k, parts, target=level.path("next.npy"), round=1, seed=5,
                          room=tuple(map(tuple, (caps[0] - loads).tolist())))
-        new_array(task.target, (n,), part_dtype(k))
+        new_npy(task.target, (n,), part_dtype(k))
         files = new_jet_files(level, parts, k)
         res, peaks["jet", limit] = traced(jet_propose, (task, files, 0.25))
         res2, peaks["jet apply", limit] = traced(jet_apply, (task, files))

@@ -12,7 +12,7 @@ from conftest import run_prep
 from conftest import IMBALANCE, cut_ratio, measured, weighted_level
 
 from graphprep.pipeline.core.cluster import local_runner
-from graphprep.pipeline.partition.multilevel.layout import new_array
+from graphprep.formats.npyio import new_npy
 
 
 def labels_after_clustering(folder, edges, n, caps, range_size):
@@ -77,7 +77,7 @@ def test_jet_moves_no_more_than_a_part_has_room_for(tmp_path, monkeypatch, start
     # Two constraints (node counts twice): with one, Jet goes on from an over state instead.
     level = weighted_level(tmp_path, edges, np.ones((16, 2)), range_size=5)
     parts = level.path("parts.npy")
-    new_array(parts, (16,), np.int16)
+    new_npy(parts, (16,), np.int16)
     p = np.load(parts, mmap_mode="r+")
     p[:] = [0] * 8 + [1] * 8
     p.flush()

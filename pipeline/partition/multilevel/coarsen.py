@@ -38,15 +38,14 @@ from itertools import chain
 
 import numpy as np
 
-from graphprep.formats.npyio import write_rows
+from graphprep.formats.npyio import new_npy, write_rows
 from graphprep.pipeline.core.arrayops import mix, stable_argsort
 from graphprep.pipeline.partition.multilevel import layout
 from graphprep.pipeline.partition.multilevel.buckets import (Span, TableFile, read_spans,
                                                              span_groups, span_rows, spans_into,
                                                              table_spans, write_bucketed)
 from graphprep.pipeline.partition.multilevel.layout import (Level, RangeCSR, best_per_row,
-                                                            new_array, sum_by_key, summed_pieces,
-                                                            whole_rows)
+                                                            sum_by_key, summed_pieces, whole_rows)
 
 log = logging.getLogger(__name__)
 
@@ -586,10 +585,10 @@ def cluster(level: Level, seed: int, caps: np.ndarray, runner, max_rounds: int =
     folder = level.path("coarsen")
     os.makedirs(folder, exist_ok=True)
     for b in (0, 1):
-        new_array(os.path.join(folder, f"labels_{b}.npy"), (level.num_nodes,))
-        new_array(os.path.join(folder, f"cw_{b}.npy"), (level.num_nodes, level.ncon))
-    new_array(RoundFiles(folder, 0).saturated(), (level.num_nodes,), np.int8)
-    new_array(RoundFiles(folder, 0).increase(), (level.num_nodes, level.ncon))
+        new_npy(os.path.join(folder, f"labels_{b}.npy"), (level.num_nodes,))
+        new_npy(os.path.join(folder, f"cw_{b}.npy"), (level.num_nodes, level.ncon))
+    new_npy(RoundFiles(folder, 0).saturated(), (level.num_nodes,), np.int8)
+    new_npy(RoundFiles(folder, 0).increase(), (level.num_nodes, level.ncon))
     ranges = range(level.num_ranges)
     caps_t = tuple(float(c) for c in caps)
     runner(init_range, [InitTask(level, r, RoundFiles(folder, 0), caps_t, group_isolated)

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphprep.formats.npyio import write_rows
+from graphprep.formats.npyio import new_npy, write_rows
 from graphprep.pipeline.partition.multilevel import layout
 from graphprep.pipeline.partition.multilevel.buckets import (Span, append_bucketed, key_blocks,
                                                              read_spans, span_rows, spans_into,
                                                              sub_spans)
-from graphprep.pipeline.partition.multilevel.layout import (CSRWriter, Level, narrowest, new_array,
-                                                            sum_by_key, summed_pieces)
+from graphprep.pipeline.partition.multilevel.layout import (CSRWriter, Level, narrowest, sum_by_key,
+                                                            summed_pieces)
 
 
 @dataclass(frozen=True)
@@ -179,9 +179,9 @@ def contract(fine: Level, labels: str, cw: str, folder: str, runner,
     nc = int(offsets[-1])
     coarse = Level(folder, nc, coarse_range_size(fine, nc, min_range), fine.ncon,
                    fine.count_cols)
-    new_array(coarse.path("vwgt.npy"), (coarse.num_nodes, coarse.ncon))
-    new_array(fine.path("cmap.npy"), (fine.num_nodes,))
-    new_array(fine.path("f2c.npy"), (fine.num_nodes,))
+    new_npy(coarse.path("vwgt.npy"), (coarse.num_nodes, coarse.ncon))
+    new_npy(fine.path("cmap.npy"), (fine.num_nodes,))
+    new_npy(fine.path("f2c.npy"), (fine.num_nodes,))
     tasks = [ContractTask(fine, r, labels, cw, coarse, int(offsets[r])) for r in ranges]
     runner(write_map, tasks, "multilevel: contract (map)")
     runner(write_f2c, tasks, "multilevel: contract (f2c)")

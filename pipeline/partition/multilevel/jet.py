@@ -33,11 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphprep.formats.npyio import write_rows
+from graphprep.formats.npyio import new_npy, write_rows
 from graphprep.pipeline.core.arrayops import mix
 from graphprep.pipeline.partition.multilevel.layout import (Level, RangeCSR, best_per_row,
-                                                            new_array, part_dtype, read_parts,
-                                                            sum_by_key, whole_rows)
+                                                            part_dtype, read_parts, sum_by_key,
+                                                            whole_rows)
 from graphprep.pipeline.partition.multilevel.refine import (GAIN_BITS, Connections, PartsTask,
                                                             connections, merge_histograms,
                                                             part_loads, write_parts)
@@ -237,8 +237,8 @@ def _mover_blocks(task: PartsTask, files: JetFiles):
 
 def new_jet_files(level: Level, parts: str, num_parts: int) -> JetFiles:
     files = JetFiles(parts[:-4] + ".jet_target.npy", parts[:-4] + ".jet_priority.npy")
-    new_array(files.target, (level.num_nodes,), part_dtype(num_parts))
-    new_array(files.priority, (level.num_nodes,))
+    new_npy(files.target, (level.num_nodes,), part_dtype(num_parts))
+    new_npy(files.priority, (level.num_nodes,))
     return files
 
 
@@ -278,7 +278,7 @@ def jet_refine(refiner, parts: str, loads: np.ndarray, rounds: int = 12, patienc
         if accept is not None:
             refiner.runner(jet_mark, [(x, files, accept) for x in refiner.tasks(parts=parts)],
                            "multilevel: jet mark")
-        new_array(nxt, (lv.num_nodes,), part_dtype(refiner.num_parts))
+        new_npy(nxt, (lv.num_nodes,), part_dtype(refiner.num_parts))
         return refiner.swap(parts, nxt, refiner.runner(
             jet_apply, [(x, files) for x in refiner.tasks(
                 parts=parts, target=nxt, round=t, seed=refiner.seed, frozen=frozen)],

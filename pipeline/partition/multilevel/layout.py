@@ -265,11 +265,6 @@ def read_parts(path: str, index) -> np.ndarray:
     return np.asarray(np.load(path, mmap_mode="r")[index]).astype(np.int64)
 
 
-def new_array(path: str, shape, dtype=np.int64) -> None:
-    """Pre-size a memory-mapped ``.npy`` that tasks fill slice by slice."""
-    np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape).flush()
-
-
 def sum_by_key(keys: np.ndarray, values: np.ndarray, presorted: bool = False
                ) -> tuple[np.ndarray, np.ndarray]:
     """Sorted distinct ``keys`` (non-negative) and the sums of ``values`` (1-D or [m, c]) per

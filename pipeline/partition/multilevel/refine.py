@@ -33,13 +33,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphprep.formats.npyio import write_rows
+from graphprep.formats.npyio import new_npy, write_rows
 from graphprep.formats.output import save_npy
 
 from graphprep.pipeline.core.arrayops import mix
-from graphprep.pipeline.partition.multilevel.layout import (Level, best_per_row, new_array,
-                                                            part_dtype, read_parts, sum_by_key,
-                                                            whole_rows)
+from graphprep.pipeline.partition.multilevel.layout import (Level, best_per_row, part_dtype,
+                                                            read_parts, sum_by_key, whole_rows)
 
 log = logging.getLogger(__name__)
 
@@ -387,7 +386,7 @@ class Refiner:
         return sum(r[0] for r in results), sum(r[1] for r in results)
 
     def project(self, coarse_parts: str, f2c: str, parts: str) -> np.ndarray:
-        new_array(parts, (self.level.num_nodes,), part_dtype(self.num_parts))
+        new_npy(parts, (self.level.num_nodes,), part_dtype(self.num_parts))
         return sum(self.runner(project, self.tasks(parts=parts, source=coarse_parts, f2c=f2c),
                                "multilevel: project"))
 
@@ -420,7 +419,7 @@ class Refiner:
         counts = loads[:, :self.level.count_cols].sum(axis=1)
         frozen = tuple(np.flatnonzero(sum(h[2] for h in hists) >= counts).tolist())
         accept = tuple(_thresholds(keys, weights, room).tolist())
-        new_array(nxt, (self.level.num_nodes,), part_dtype(self.num_parts))
+        new_npy(nxt, (self.level.num_nodes,), part_dtype(self.num_parts))
         return self.swap(parts, nxt, self.runner(refine_apply, self.tasks(
             parts=parts, target=nxt, round=t, seed=self.seed,
             room=tuple(map(tuple, room.tolist())), accept=accept, frozen=frozen),
@@ -460,7 +459,7 @@ class Refiner:
         accept = _balance_accept(keys, weights, loads, self.caps, self.num_parts)
         if len(accept) == 0:
             return None
-        new_array(nxt, (self.level.num_nodes,), part_dtype(self.num_parts))
+        new_npy(nxt, (self.level.num_nodes,), part_dtype(self.num_parts))
         return self.swap(parts, nxt, self.runner(balance_apply, self.tasks(
             parts=parts, target=nxt, seed=self.seed, round=t, room=room_t, caps=caps_t,
             accept=tuple(accept.tolist())), "multilevel: balance apply"))[0]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from graphprep.formats import ChunkedGraph, ChunkFiles, EdgeType
-from graphprep.formats.npyio import write_rows
+from graphprep.formats.npyio import new_npy, write_rows
 from graphprep.formats.validate import read_checked_edges
 
 from graphprep.pipeline.core.arrayops import unique_ints
@@ -30,7 +30,7 @@ from graphprep.pipeline.partition.multilevel import layout
 from graphprep.pipeline.partition.multilevel.buckets import (Span, key_blocks, read_spans,
                                                              span_rows, spans_into, sub_spans,
                                                              write_bucketed)
-from graphprep.pipeline.partition.multilevel.layout import CSRWriter, Level, new_array
+from graphprep.pipeline.partition.multilevel.layout import CSRWriter, Level
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def build_level0(graph: ChunkedGraph, balance: tuple[str, ...], folder: str,
     ncon = count_cols + with_train + with_deg
     os.makedirs(folder, exist_ok=True)
     level = Level(folder, n, range_size, ncon, count_cols)
-    new_array(level.path("vwgt.npy"), (n, ncon))
+    new_npy(level.path("vwgt.npy"), (n, ncon))
     scratch = os.path.join(folder, "shuffle")
     os.makedirs(scratch, exist_ok=True)
     tasks = []
@@ -217,7 +217,7 @@ def fold_constraints(level: Level, balance: tuple[str, ...], totals: np.ndarray,
         return level
     folded = replace(level, ncon=level.count_cols + sum(c != "ntypes" for c in balance))
     target = level.path("vwgt.folded.npy")
-    new_array(target, (level.num_nodes, folded.ncon))
+    new_npy(target, (level.num_nodes, folded.ncon))
     runner(fold_range, [FoldTask(level, r, balance, tuple(int(t) for t in totals), target)
                         for r in range(level.num_ranges)], "multilevel: combine weights")
     os.replace(target, level.path("vwgt.npy"))
